@@ -1,0 +1,55 @@
+"""The exceptions mriprep raises, in one small hierarchy.
+
+Every message names the file (or subject), the offending value and what to do next, so
+that a user reading one line of a cohort report can fix the input without a debugger.
+Errors caused by the input subclass ``ValueError`` as well, like nibabel's.
+"""
+
+from __future__ import annotations
+
+
+class MriprepError(Exception):
+    """Base of every error mriprep raises on purpose."""
+
+
+class InputError(MriprepError, ValueError):
+    """An input file or its header cannot be used as it is."""
+
+
+class ImageReadError(InputError):
+    """An image file is missing, empty, truncated, or not an image at all."""
+
+
+class HeaderError(InputError):
+    """An image header is inconsistent or describes an unusable volume."""
+
+
+class ManifestError(InputError):
+    """A cohort manifest has problems; ``problems`` lists every one with its row."""
+
+    def __init__(self, path, problems: list[str]):
+        self.path = str(path)
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(
+            f"manifest {self.path} has {len(self.problems)} problem(s):\n{lines}"
+        )
+
+
+class PipelineConfigError(MriprepError, ValueError):
+    """A pipeline definition is invalid (unknown key, wrong type, missing template)."""
+
+
+class StageError(MriprepError, ValueError):
+    """A subject cannot pass a stage: it is reported with this reason and never cached."""
+
+    def __init__(self, stage: str, reason: str, subject: str | None = None):
+        self.stage = stage
+        self.reason = reason
+        self.subject = subject
+        where = f"subject {subject!r}, " if subject else ""
+        super().__init__(f"{where}stage {stage!r}: {reason}")
+
+
+class CacheError(MriprepError):
+    """The cache folder cannot be used (corrupt index, mixed pipelines, missing files)."""

@@ -1,0 +1,103 @@
+"""Pure preprocessing stages: ``Volume -> Volume`` plus a provenance record.
+
+Each stage lives in its own module and registers itself with :func:`stage`, giving a
+name (used in pipeline YAML files), a frozen dataclass of parameters (its fields, types
+and defaults are the schema the pipeline loader validates against) and a function
+``(Volume, Params) -> StageOutput``. The :class:`Stage` wrapper does the plumbing once for
+all of them: timing, strict float error settings, and the provenance record.
+
+Stages never read or write files; only ``mriprep.io``, ``mriprep.cache``, the runner and
+the CLI touch disk (the one exception is the read-only, per-process cached template in
+``mriprep.templates``).
+
+Parameter fields may only use these types, so that YAML can express them and the loader
+can check them: ``bool``, ``int``, ``float``, ``str``, ``typing.Literal[...]`` of strings,
+``tuple[float, float, float]`` / ``tuple[int, int, int]``, and ``X | None`` of those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from mriprep.volume import StageRecord, Volume
+
+# Stage name -> module that defines it. Modules are imported on first use so that a
+# process which only reads the cache never imports ANTs or SimpleITK.
+STAGE_MODULES: dict[str, str] = {
+    "reorient": "mriprep.stages.reorient",
+    "sanitize": "mriprep.stages.sanitize",
+    "mask_slices": "mriprep.stages.mask_slices",
+    "register": "mriprep.stages.register",
+    "resample": "mriprep.stages.resample",
+    "normalize": "mriprep.stages.normalize",
+    "validate": "mriprep.stages.validate",
+}
+
+_REGISTRY: dict[str, "Stage"] = {}
+
+
+@dataclass
+class StageOutput:
+    """What a stage function returns: the new volume, its metrics and any warnings."""
+
+    volume: Volume
+    metrics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    params_type: type
+    func: Callable[[Volume, Any], StageOutput]
+
+    def __call__(self, volume: Volume, params: Any = None, **overrides) -> Volume:
+        """Run the stage on ``volume``; ``params`` or keyword overrides of the defaults."""
+        if params is None:
+            params = self.params_type(**overrides)
+        elif overrides:
+            params = dataclasses.replace(params, **overrides)
+        start = time.perf_counter()
+        # Overflow, invalid operations and divisions by zero are bugs or bad data that
+        # must surface, never silently produce Inf/NaN. Underflow to 0 is harmless.
+        with np.errstate(all="raise", under="ignore"):
+            out = self.func(volume, params)
+        seconds = time.perf_counter() - start
+        record = StageRecord(
+            stage=self.name,
+            params=dataclasses.asdict(params),
+            metrics=dict(out.metrics),
+            warnings=tuple(out.warnings),
+            seconds=seconds,
+        )
+        return out.volume.with_record(record)
+
+
+def stage(name: str, params_type: type):
+    """Register a stage function under ``name`` with its parameter dataclass."""
+    if not dataclasses.is_dataclass(params_type):
+        raise TypeError(f"stage {name!r}: params_type must be a dataclass")
+
+    def decorate(func):
+        wrapped = Stage(name=name, params_type=params_type, func=func)
+        _REGISTRY[name] = wrapped
+        return wrapped
+
+    return decorate
+
+
+def get_stage(name: str) -> Stage:
+    """The registered stage called ``name`` (importing its module on first use)."""
+    if name not in _REGISTRY:
+        module = STAGE_MODULES.get(name)
+        if module is None:
+            known = ", ".join(sorted(STAGE_MODULES))
+            raise KeyError(f"unknown stage {name!r}; known stages: {known}")
+        importlib.import_module(module)
+    return _REGISTRY[name]

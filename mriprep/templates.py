@@ -1,0 +1,61 @@
+"""Registration templates: the MNI152 2009 T1 shipped inside nilearn's wheel, or a file.
+
+Templates are read-only reference data, loaded once per process and cached: this is the
+one place a stage's inputs come from disk, and it never writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from mriprep.volume import Volume
+
+BUILTIN_TEMPLATES = ("mni152",)
+
+
+def is_builtin(name: str) -> bool:
+    return name in BUILTIN_TEMPLATES
+
+
+@functools.lru_cache(maxsize=4)
+def load_template(name_or_path: str) -> Volume:
+    """The template as a Volume (float32, canonical RAS orientation, all voxels valid).
+
+    ``"mni152"`` is nilearn's MNI152 2009 1 mm T1 (197x233x189), available offline.
+    Anything else is read as an image file with :func:`mriprep.io.load_volume`.
+    """
+    if name_or_path == "mni152":
+        from nilearn.datasets import load_mni152_template
+
+        img = load_mni152_template(resolution=1)
+        data = np.asarray(img.get_fdata(dtype=np.float32))
+        return Volume.from_array(data, img.affine, subject_id="mni152", source="mni152")
+    from mriprep.io import load_volume
+
+    return load_volume(Path(name_or_path))
+
+
+@functools.lru_cache(maxsize=4)
+def load_mni152_tissue() -> dict[str, np.ndarray]:
+    """nilearn's MNI152 GM and WM probability maps on the 1 mm template grid."""
+    from nilearn.datasets import load_mni152_gm_template, load_mni152_wm_template
+
+    gm = load_mni152_gm_template(resolution=1)
+    wm = load_mni152_wm_template(resolution=1)
+    return {
+        "gm": np.asarray(gm.get_fdata(dtype=np.float32)),
+        "wm": np.asarray(wm.get_fdata(dtype=np.float32)),
+    }
+
+
+def template_digest(name_or_path: str) -> str:
+    """SHA-256 of the template's voxels and affine: part of the pipeline hash."""
+    vol = load_template(name_or_path)
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(vol.data).tobytes())
+    h.update(np.ascontiguousarray(vol.affine).tobytes())
+    return h.hexdigest()
