@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from mriprep import check as chk
+from mriprep.integrity.tensors import block_edges
 from mriprep.cache import Cache, checksum_file, summary_of
 
 PIPELINE = hashlib.sha256(b"bench pipeline").hexdigest()
@@ -166,7 +167,7 @@ def synthetic_index(n: int, duplicates: int = 10, seed: int = 0) -> tuple[dict, 
     data = load_template("mni152").data
     base = data
     for axis, n_axis in enumerate(data.shape):
-        base = np.add.reduceat(base, chk._block_edges(n_axis, chk.FINGERPRINT_BLOCKS), axis=axis)
+        base = np.add.reduceat(base, block_edges(n_axis, chk.FINGERPRINT_BLOCKS), axis=axis)
     base = base.ravel() / base.max()
     rng = np.random.default_rng(seed)
     modes = rng.standard_normal((40, base.size)) * 0.02

@@ -1,0 +1,325 @@
+"""One pass over one ``.npy`` tensor file: checksum its bytes and analyse its values.
+
+Each file is read once, in chunks of whole slices; every chunk feeds the XXH3-128
+checksum and, while it is still in the CPU cache, the analysis for the tensor's kind
+(image: finiteness, float16 range, fingerprint; valid mask: True count; label map:
+voxel count of each value).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import xxhash
+
+FINGERPRINT_BLOCKS = 8
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+CHUNK_BYTES = 4 << 20
+
+@dataclass
+class TensorScan:
+    """What one pass over one ``.npy`` file learned.
+
+    ``problems`` holds ``(code, detail)`` pairs; the caller turns them into findings
+    naming the entry.
+    """
+
+    bytes_read: int = 0
+    checksum: str | None = None
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    fingerprint: np.ndarray | None = None
+    nonzero: int | None = None
+    value_counts: dict[int, int] | None = None
+
+
+class _ImageStats:
+    """Per-chunk analysis of an image: finiteness, range, and block sums for the
+    fingerprint, all on the chunk while it is still in the CPU cache."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.is_float = np.issubdtype(dtype, np.floating)
+        self.nan = self.posinf = self.neginf = self.extreme = 0
+        self.first_bad: tuple[int, ...] | None = None
+        self.first_extreme: tuple[int, ...] | None = None
+        blocks = FINGERPRINT_BLOCKS
+        self.fingerprinting = len(shape) == 3 and min(shape) >= blocks
+        if self.fingerprinting:
+            self.edges = [block_edges(n, blocks) for n in shape]
+            self.slice_sums = np.zeros((shape[0], blocks, blocks), dtype=np.float64)
+            # float16 block sums could overflow; float32 sums of <=~30 values are exact
+            # enough for a correlation and keep the pass fast.
+            self.sum_dtype = np.float32 if dtype.itemsize <= 4 else np.float64
+
+    def add(self, chunk: np.ndarray, first_row: int) -> None:
+        if self.is_float:
+            lo, hi = chunk.min(), chunk.max()
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                self._count_non_finite(chunk, first_row)
+            elif hi > FLOAT16_MAX or lo < -FLOAT16_MAX:
+                self._count_extreme(chunk, first_row)
+        if self.fingerprinting:
+            # Summing whole rows first (contiguous vectors) is the cheap direction; the
+            # strided reduction then runs on an array Y/8 times smaller.
+            y_sums = np.add.reduceat(chunk, self.edges[1], axis=1, dtype=self.sum_dtype)
+            yz_sums = np.add.reduceat(y_sums, self.edges[2], axis=2)
+            self.slice_sums[first_row : first_row + chunk.shape[0]] = yz_sums
+
+    def _count_non_finite(self, chunk: np.ndarray, first_row: int) -> None:
+        nan, posinf, neginf = np.isnan(chunk), np.isposinf(chunk), np.isneginf(chunk)
+        self.nan += int(nan.sum())
+        self.posinf += int(posinf.sum())
+        self.neginf += int(neginf.sum())
+        if self.first_bad is None:
+            where = np.argwhere(nan | posinf | neginf)[0]
+            self.first_bad = (where[0] + first_row, *where[1:])
+        finite = np.where(np.isfinite(chunk), chunk, 0)
+        if np.abs(finite).max() > FLOAT16_MAX:
+            self._count_extreme(finite, first_row)
+
+    def _count_extreme(self, chunk: np.ndarray, first_row: int) -> None:
+        beyond = np.abs(chunk) > FLOAT16_MAX
+        self.extreme += int(beyond.sum())
+        if self.first_extreme is None:
+            where = np.argwhere(beyond)[0]
+            self.first_extreme = (where[0] + first_row, *where[1:])
+
+    def finish(self, scan: TensorScan) -> None:
+        bad = self.nan + self.posinf + self.neginf
+        if bad:
+            scan.problems.append(
+                (
+                    "non-finite",
+                    f"holds {bad} non-finite voxel(s) ({self.nan} NaN, {self.posinf} +Inf, "
+                    f"{self.neginf} -Inf), first at voxel {tuple(int(i) for i in self.first_bad)}; "
+                    "a single NaN turns the training loss into NaN. The file was changed "
+                    "after the pipeline validated it: rebuild the entry with "
+                    "`mriprep run --force`",
+                )
+            )
+        if self.extreme:
+            scan.problems.append(
+                (
+                    "extreme-values",
+                    f"holds {self.extreme} voxel(s) beyond the float16 range "
+                    f"(|x| > {FLOAT16_MAX:g}), first at voxel "
+                    f"{tuple(int(i) for i in self.first_extreme)}; mixed-precision "
+                    "training overflows to Inf on them. Rebuild the entry with a pipeline "
+                    "that sanitizes and normalizes intensities",
+                )
+            )
+        if self.fingerprinting and not bad:
+            x_sums = np.add.reduceat(self.slice_sums, self.edges[0], axis=0)
+            sizes = [np.diff(np.append(e, n)) for e, n in zip(self.edges, scan.shape)]
+            counts = sizes[0][:, None, None] * sizes[1][None, :, None] * sizes[2][None, None, :]
+            scan.fingerprint = (x_sums / counts).astype(np.float32).ravel()
+
+
+class _NonzeroCount:
+    """Count of True (non-zero) voxels of a mask."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self, chunk: np.ndarray, first_row: int) -> None:
+        self.count += int(np.count_nonzero(chunk))
+
+    def finish(self, scan: TensorScan) -> None:
+        scan.nonzero = self.count
+
+
+class _ValueCounts:
+    """Voxel count of every label value.
+
+    Label maps hold few values in long runs. A chunk whose values span a narrow range is
+    counted by one comparison pass per value (vectorised, no index arrays); otherwise by
+    run-length encoding it and weighting a bincount of the run values by run length,
+    which costs about one pass over the voxels plus work proportional to the runs.
+    """
+
+    NARROW = 8
+
+    def __init__(self, dtype: np.dtype):
+        self.integer = np.issubdtype(dtype, np.integer)
+        self.counts: Counter = Counter()
+        self.scratch: np.ndarray | None = None
+
+    def add(self, chunk: np.ndarray, first_row: int) -> None:
+        flat = chunk.reshape(-1)
+        if not self.integer:
+            values, counts = np.unique(flat, return_counts=True)
+            self.counts.update(dict(zip(values.tolist(), counts.tolist())))
+            return
+        lo, hi = int(flat.min()), int(flat.max())
+        if self.scratch is None or self.scratch.size < flat.size:
+            self.scratch = np.empty(flat.size, dtype=bool)
+        if hi - lo < self.NARROW:
+            equal = self.scratch[: flat.size]
+            for value in range(lo, hi + 1):
+                count = np.count_nonzero(np.equal(flat, value, out=equal))
+                if count:
+                    self.counts[value] += count
+            return
+        changes = np.not_equal(flat[1:], flat[:-1], out=self.scratch[: flat.size - 1])
+        starts = np.concatenate(([0], np.flatnonzero(changes) + 1))
+        lengths = np.diff(np.append(starts, flat.size))
+        run_values = flat[starts].astype(np.int64) - lo
+        if hi - lo < 1 << 16:
+            sums = np.bincount(run_values, weights=lengths)
+            values = np.flatnonzero(sums)
+            sums = sums[values]
+        else:  # a value range too wide for a dense table
+            values, inverse = np.unique(run_values, return_inverse=True)
+            sums = np.bincount(inverse, weights=lengths)
+        for value, total in zip(values.tolist(), sums.tolist()):
+            self.counts[lo + value] += int(total)
+
+    def finish(self, scan: TensorScan) -> None:
+        scan.value_counts = {_as_label(v): int(c) for v, c in sorted(self.counts.items())}
+
+
+def _as_label(value: Any) -> Any:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def block_edges(n: int, blocks: int) -> np.ndarray:
+    """First index of each of ``blocks`` near-equal blocks along an axis of length ``n``
+    (the fingerprint's block boundaries, as ``np.add.reduceat`` takes them)."""
+    return np.linspace(0, n, blocks + 1)[:-1].round().astype(np.intp)
+
+
+def _read_full(fh: BinaryIO, view: memoryview) -> int:
+    """Fill ``view`` from ``fh`` unless the file ends first; return the bytes read."""
+    total = 0
+    while total < len(view):
+        n = fh.readinto(view[total:])
+        if not n:
+            break
+        total += n
+    return total
+
+
+def _digest_rest(fh: BinaryIO, buffer: bytearray, digest: Any) -> int:
+    """Feed what is left of ``fh`` to ``digest`` through ``buffer``; return the bytes read."""
+    view = memoryview(buffer)
+    total = 0
+    while got := fh.readinto(buffer):
+        digest.update(view[:got])
+        total += got
+    return total
+
+
+def scan_tensor_file(
+    path: str | os.PathLike, kind: str, buffer: bytearray | None = None
+) -> TensorScan:
+    """Read one ``.npy`` tensor once: checksum its bytes and analyse its values.
+
+    The header is parsed by ``np.load(..., mmap_mode="r", allow_pickle=False)``, exactly
+    as the training Dataset will open the file, so a file that cannot be memory-mapped
+    safely is reported here. The data are then read in chunks of whole slices into one
+    reusable ``buffer``: each chunk feeds the XXH3-128 checksum and, while it is still in
+    the CPU cache, the analysis for its ``kind`` (``"image"``: finiteness, float16 range,
+    fingerprint; ``"valid"``: count of True voxels; ``"label"``: voxel count of each
+    value). No full copy of the tensor is ever made.
+
+    Parameters
+    ----------
+    path : path-like
+        The ``.npy`` file.
+    kind : {"image", "valid", "label"}
+        Which analysis to run on the values.
+    buffer : bytearray, optional
+        Scratch space of about 4 MiB, reused across calls by one thread.
+
+    Returns
+    -------
+    TensorScan
+        Bytes read, checksum, dtype, shape, problems found and the analysis results.
+    """
+    path = Path(path)
+    scan = TensorScan()
+    if not path.is_file():
+        scan.problems.append(("file-missing", f"is missing ({path})"))
+        return scan
+    try:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+        dtype, shape, offset = mapped.dtype, tuple(mapped.shape), int(mapped.offset)
+        fortran = mapped.ndim > 1 and not mapped.flags.c_contiguous
+        del mapped
+    except (ValueError, OSError, EOFError) as exc:
+        scan.problems.append(
+            ("tensor-unreadable", f"cannot be opened as a safe .npy ({exc}); rebuild the entry")
+        )
+        scan.checksum, scan.bytes_read = checksum_whole_file(path, buffer)
+        return scan
+    scan.dtype, scan.shape = str(dtype), shape
+    if fortran:
+        scan.problems.append(
+            ("tensor-layout", "is stored in Fortran order; the cache writes C order only")
+        )
+    analysis = None if fortran else _analysis_for(kind, shape, dtype)
+    row_elems = math.prod(shape[1:])
+    row_bytes = max(1, row_elems * dtype.itemsize)
+    rows_total = (shape[0] if shape else 1) if row_elems else 0  # an empty array has no data
+    if buffer is None or len(buffer) < row_bytes:
+        buffer = bytearray(max(CHUNK_BYTES, row_bytes))
+    view = memoryview(buffer)
+    rows_per_chunk = max(1, len(buffer) // row_bytes)
+    digest = xxhash.xxh3_128()
+    with open(path, "rb", buffering=0) as fh:
+        header = fh.read(offset)
+        digest.update(header)
+        scan.bytes_read += len(header)
+        row = 0
+        while row < rows_total:
+            want = min(rows_per_chunk, rows_total - row) * row_bytes
+            got = _read_full(fh, view[:want])
+            digest.update(view[:got])
+            scan.bytes_read += got
+            rows = got // row_bytes
+            if rows and analysis is not None:
+                chunk = np.frombuffer(buffer, dtype=dtype, count=rows * row_elems)
+                analysis.add(chunk.reshape((rows,) + shape[1:]), row)
+            row += rows
+            if got < want:
+                scan.problems.append(
+                    ("file-size", f"ends after {row} of {rows_total} slices (truncated)")
+                )
+                analysis = None
+                break
+        trailing = _digest_rest(fh, buffer, digest)
+        if trailing:
+            scan.bytes_read += trailing
+            scan.problems.append(
+                ("file-size", f"has {trailing} bytes after the array data (rewritten?)")
+            )
+    scan.checksum = digest.hexdigest()
+    if analysis is not None:
+        analysis.finish(scan)
+    return scan
+
+
+def _analysis_for(kind: str, shape: tuple[int, ...], dtype: np.dtype):
+    if kind == "image":
+        return _ImageStats(shape, dtype)
+    if kind == "valid":
+        return _NonzeroCount()
+    if kind == "label":
+        return _ValueCounts(dtype)
+    return None  # a tensor this version does not know: checksum, dtype and shape only
+
+
+def checksum_whole_file(path: Path, buffer: bytearray | None = None) -> tuple[str, int]:
+    """XXH3-128 hex digest and size of a file's bytes, read once through ``buffer``."""
+    digest = xxhash.xxh3_128()
+    with open(path, "rb", buffering=0) as fh:
+        size = _digest_rest(fh, buffer or bytearray(CHUNK_BYTES), digest)
+    return digest.hexdigest(), size
+
