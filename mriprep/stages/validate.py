@@ -1,0 +1,168 @@
+"""Validate: the invariants every cached volume must satisfy, checked last.
+
+A subject that breaks any of them is reported with every broken invariant and its
+offending value, and never cached. The stage changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from mriprep.errors import PipelineConfigError, StageError
+from mriprep.stages import StageOutput, stage
+from mriprep.volume import Volume
+
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+@dataclass(frozen=True)
+class ValidateParams:
+    """Parameters of the validate stage.
+
+    Attributes
+    ----------
+    output_dtype : {"float32", "float16"}
+        The cache's dtype (inherited from the pipeline). With float16 every value must
+        fit float16's range.
+    expected_shape : (int, int, int) or None
+        The grid the pipeline promises (e.g. 256^3 for a conform pipeline); None: any.
+    expected_spacing : (float, float, float) or None
+        Voxel size in mm; None: any.
+    spacing_tolerance : float
+        Largest accepted difference from ``expected_spacing``, in mm.
+    allowed_labels : tuple of int or None
+        Label values a label map may hold; None: any.
+    min_valid_fraction : float
+        Smallest fraction of valid voxels; the volume must hold at least one in any case.
+    """
+
+    output_dtype: Literal["float32", "float16"] = "float32"
+    expected_shape: tuple[int, int, int] | None = None
+    expected_spacing: tuple[float, float, float] | None = None
+    spacing_tolerance: float = 1e-3
+    allowed_labels: tuple[int, ...] | None = None
+    min_valid_fraction: float = 0.0
+
+    def __post_init__(self):
+        if self.expected_shape is not None and any(s < 1 for s in self.expected_shape):
+            raise PipelineConfigError(
+                f"expected_shape must be positive, got {self.expected_shape}"
+            )
+        if self.expected_spacing is not None and any(
+            not s > 0 for s in self.expected_spacing
+        ):
+            raise PipelineConfigError(
+                f"expected_spacing must be positive, got {self.expected_spacing}"
+            )
+        if not self.spacing_tolerance >= 0:
+            raise PipelineConfigError(
+                f"spacing_tolerance must be >= 0, got {self.spacing_tolerance}"
+            )
+        if not 0.0 <= self.min_valid_fraction <= 1.0:
+            raise PipelineConfigError(
+                "min_valid_fraction must lie in [0, 1], got "
+                f"{self.min_valid_fraction}"
+            )
+
+
+def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
+    """Every broken invariant of ``volume``, one sentence each (empty when all hold)."""
+    problems: list[str] = []
+    data = volume.data
+    if data.dtype != np.float32:
+        problems.append(f"dtype: data is {data.dtype}, expected float32")
+    nonfinite = ~np.isfinite(data)
+    n_nonfinite = int(np.count_nonzero(nonfinite))
+    if n_nonfinite:
+        first = tuple(int(i) for i in np.argwhere(nonfinite)[0])
+        problems.append(
+            f"finite: {n_nonfinite} voxel(s) are NaN or infinite (first at {first}: "
+            f"{data[first]})"
+        )
+    elif params.output_dtype == "float16" and data.size:
+        largest = float(np.abs(data).max())
+        if largest > FLOAT16_MAX:
+            problems.append(
+                f"float16 range: largest magnitude {largest:.6g} exceeds {FLOAT16_MAX:g} "
+                "and would become Inf in the float16 cache; normalise the intensities or "
+                "use output_dtype: float32"
+            )
+    if volume.valid.shape != data.shape or volume.valid.dtype != np.bool_:
+        problems.append(
+            f"valid mask: {volume.valid.dtype} {volume.valid.shape}, expected bool "
+            f"{data.shape}"
+        )
+    else:
+        valid_fraction = float(np.count_nonzero(volume.valid)) / max(data.size, 1)
+        if valid_fraction == 0.0:
+            problems.append("valid fraction: no voxel is valid")
+        elif valid_fraction < params.min_valid_fraction:
+            problems.append(
+                f"valid fraction: {valid_fraction:.3%} of voxels are valid, below "
+                f"min_valid_fraction={params.min_valid_fraction:g}"
+            )
+    if params.expected_shape is not None and volume.shape != tuple(params.expected_shape):
+        problems.append(
+            f"shape: {volume.shape}, expected {tuple(params.expected_shape)}"
+        )
+    affine = volume.affine
+    if not np.all(np.isfinite(affine)) or np.linalg.matrix_rank(affine[:3, :3]) < 3:
+        problems.append(f"affine: not finite or singular: {affine.tolist()}")
+    elif params.expected_spacing is not None:
+        spacing = np.asarray(volume.spacing)
+        expected = np.asarray(params.expected_spacing, dtype=np.float64)
+        if np.any(np.abs(spacing - expected) > params.spacing_tolerance):
+            problems.append(
+                f"spacing: {tuple(round(float(s), 6) for s in spacing)} mm, expected "
+                f"{tuple(params.expected_spacing)} within {params.spacing_tolerance} mm"
+            )
+    if volume.pending is not None:
+        problems.append(
+            "pending transform: registration estimated a transform that was never "
+            "applied; add a resample step after register"
+        )
+    if volume.label is not None and params.allowed_labels is not None:
+        present = np.unique(volume.label)
+        unexpected = sorted(set(present.tolist()) - set(params.allowed_labels))
+        if unexpected:
+            problems.append(
+                f"label values: {unexpected[:10]} not in the allowed set "
+                f"{sorted(params.allowed_labels)}"
+            )
+    return problems
+
+
+@stage("validate", ValidateParams)
+def validate(volume: Volume, params: ValidateParams) -> StageOutput:
+    """Check the output invariants; pass the volume through unchanged.
+
+    Invariants: float32 data, all finite (and within float16 range for a float16 cache),
+    a boolean ``valid`` mask of the data's shape with at least ``min_valid_fraction``
+    valid voxels, a finite non-singular affine, the expected shape and spacing when
+    configured, no unapplied transform, label values within the allowed set.
+
+    Raises
+    ------
+    StageError
+        Naming every broken invariant and its offending value.
+    """
+    problems = find_violations(volume, params)
+    if problems:
+        raise StageError(
+            "validate",
+            f"{len(problems)} invariant(s) broken: " + "; ".join(problems),
+            volume.name,
+        )
+    metrics = {
+        "data_min": float(volume.data.min()) if volume.data.size else None,
+        "data_max": float(volume.data.max()) if volume.data.size else None,
+        "valid_fraction": float(np.count_nonzero(volume.valid)) / max(volume.data.size, 1),
+        "shape": list(volume.shape),
+        "spacing": [round(s, 6) for s in volume.spacing],
+    }
+    if volume.label is not None:
+        metrics["label_values"] = np.unique(volume.label).tolist()
+    return StageOutput(volume, metrics, [])

@@ -1,0 +1,173 @@
+"""normalize: z-score in the foreground with robust clipping, or 0-255 conform scaling;
+constant images are errors, invalid voxels end at a fixed finite value.
+
+Volumes are the MNI152 brain on a 2 mm grid with a bias field and Rician noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from mriprep.errors import PipelineConfigError, StageError
+from mriprep.stages import get_stage
+from mriprep.stages.normalize import NormalizeParams, normalize
+from mriprep.stages.sanitize import foreground_mask, sanitize
+from mriprep.templates import load_template
+from mriprep.volume import Volume
+
+
+def template_head(spacing=(2.0, 2.0, 2.0), noise=15.0, seed=0) -> Volume:
+    """The MNI152 brain on a coarser grid (WM ~1000), bias field, Rician noise."""
+    template = load_template("mni152")
+    data = template.data
+    for axis, step in enumerate(spacing):  # a thick voxel averages its slab
+        data = ndimage.uniform_filter1d(data, int(round(step)), axis=axis)
+    data = ndimage.zoom(data, 1 / np.asarray(spacing), order=1)
+    data = np.pad(data, 4) * (1000 / np.percentile(template.data[template.data > 0], 90))
+    rng = np.random.default_rng(seed)
+    grid = np.meshgrid(*[np.linspace(-1, 1, n) for n in data.shape], indexing="ij", sparse=True)
+    data = data * np.exp(sum(c * g for c, g in zip(rng.uniform(-0.15, 0.15, 3), grid)))
+    if noise:
+        data = np.hypot(data + rng.normal(0, noise, data.shape), rng.normal(0, noise, data.shape))
+    affine = np.diag([*spacing, 1.0])
+    affine[:3, 3] = template.affine[:3, 3]
+    return Volume.from_array(data.astype(np.float32), affine, subject_id="template-head")
+
+
+@pytest.fixture(scope="module")
+def head() -> Volume:
+    return sanitize(template_head())
+
+
+def test_zscore_gives_the_foreground_mean_zero_and_unit_spread(head):
+    out = normalize(head)
+    brain = foreground_mask(head.data, head.valid)
+    assert 0.1 < brain.mean() < 0.5  # the head, not the noisy background
+    assert out.data[brain].mean() == pytest.approx(0.0, abs=0.02)
+    assert out.data[brain].std() == pytest.approx(1.0, abs=0.02)
+    assert out.data.dtype == np.float32 and np.isfinite(out.data).all()
+    metrics = out.record_of("normalize").metrics
+    low, high = metrics["clip_range"]
+    expected = (np.clip(head.data, low, high) - metrics["mean"]) / metrics["std"]
+    np.testing.assert_allclose(out.data, expected, rtol=1e-5, atol=1e-5)
+    # The background keeps its contrast: it sits well below the brain, and varies.
+    background = ~brain
+    assert out.data[background].mean() < -2.0 and out.data[background].std() > 0.05
+
+
+def test_clipping_keeps_a_few_bright_voxels_from_flattening_the_brain(head):
+    data = head.data.copy()
+    rng = np.random.default_rng(0)
+    bright = rng.choice(data.size, size=200, replace=False)
+    data.flat[bright] = 20000.0  # 20x white matter
+    out = normalize(head.replace(data=data))
+    reference = normalize(head)
+    brain = foreground_mask(head.data, head.valid)
+    brain.flat[bright] = False
+    np.testing.assert_allclose(out.data[brain], reference.data[brain], atol=0.05)
+    assert out.record_of("normalize").metrics["clipped_high"] >= 200
+
+
+def test_invalid_voxels_end_at_the_invalid_value_never_nan(head):
+    data = head.data.copy()
+    valid = head.valid.copy()
+    data[40:44] = np.nan  # not sanitised on purpose: marked invalid, values unusable
+    valid[40:44] = False
+    out = normalize(head.replace(data=data, valid=valid))
+    assert np.isfinite(out.data).all()
+    assert (out.data[40:44] == 0.0).all()
+    np.testing.assert_array_equal(out.valid, valid)
+    custom = normalize(head.replace(data=data, valid=valid), invalid_value=-3.0)
+    assert (custom.data[40:44] == -3.0).all()
+
+
+def test_filled_invalid_voxels_can_keep_their_normalised_values(head):
+    valid = head.valid.copy()
+    valid[40:44] = False  # e.g. slices mask_slices flagged and filled from neighbours
+    data = head.data.copy()
+    data[50, 50, 50] = np.nan  # unsanitised: still gets a finite value
+    volume = head.replace(data=data, valid=valid)
+    kept = normalize(volume, invalid_value=None)
+    fixed = normalize(volume)
+    assert np.isfinite(kept.data).all() and kept.data[50, 50, 50] == 0.0
+    np.testing.assert_array_equal(kept.valid, fixed.valid)
+    np.testing.assert_array_equal(kept.data[fixed.valid], fixed.data[fixed.valid])
+    metrics = kept.record_of("normalize").metrics
+    low, high = metrics["clip_range"]
+    expected = (np.clip(head.data[40:44], low, high) - metrics["mean"]) / metrics["std"]
+    np.testing.assert_allclose(kept.data[40:44], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_non_finite_valid_voxels_become_invalid_with_a_warning(head):
+    data = head.data.copy()
+    data[10, 10, 10] = np.inf
+    out = normalize(head.replace(data=data))
+    assert not out.valid[10, 10, 10] and out.data[10, 10, 10] == 0.0
+    assert np.isfinite(out.data).all()
+    assert "run the sanitize stage" in out.record_of("normalize").warnings[0]
+
+
+def test_mask_valid_uses_every_valid_voxel(head):
+    out = normalize(head, mask="valid")
+    low, high = out.record_of("normalize").metrics["clip_range"]
+    clipped = np.clip(head.data.astype(np.float64), low, high)
+    assert out.data.mean() == pytest.approx(0.0, abs=1e-4)
+    assert out.record_of("normalize").metrics["std"] == pytest.approx(clipped.std(), rel=1e-6)
+
+
+def test_conform_maps_the_clipping_range_onto_0_255(head):
+    out = normalize(head, mode="conform")
+    low, high = out.record_of("normalize").metrics["clip_range"]
+    assert low == pytest.approx(np.percentile(head.data, 0.5), rel=1e-6)
+    assert high == pytest.approx(np.percentile(head.data, 99.5), rel=1e-6)
+    assert out.data.min() == 0.0 and out.data.max() == pytest.approx(255.0)
+    # Monotonic: brighter input, brighter output.
+    order = np.argsort(head.data.ravel()[::97])
+    assert np.all(np.diff(out.data.ravel()[::97][order]) >= 0)
+
+
+@pytest.mark.parametrize("mode", ["zscore", "conform"])
+def test_a_constant_image_is_an_error_not_a_division_by_zero(head, mode):
+    dead = head.replace(data=np.full(head.shape, 100.0, dtype=np.float32))
+    with pytest.raises(StageError, match=r"the image is constant .*100") as info:
+        normalize(dead, mode=mode)
+    assert info.value.stage == "normalize" and info.value.subject == "template-head"
+
+
+def test_a_nearly_constant_foreground_is_refused_by_eps(head):
+    rng = np.random.default_rng(1)
+    flat = 500.0 + rng.normal(0, 1e-4, head.shape)  # spread 2e-7 of the level
+    volume = head.replace(data=flat.astype(np.float32))
+    with pytest.raises(StageError, match="constant"):
+        normalize(volume, eps=1e-5)
+    out = normalize(volume, eps=1e-9, mask="valid")
+    assert np.isfinite(out.data).all()
+
+
+def test_a_volume_with_no_valid_voxel_is_refused(head):
+    nothing = head.replace(valid=np.zeros(head.shape, dtype=bool))
+    with pytest.raises(StageError, match="no valid voxel is left"):
+        normalize(nothing)
+
+
+def test_a_dead_volume_masked_by_mask_slices_is_reported_as_constant(head):
+    dead = sanitize(head.replace(data=np.full(head.shape, 7.0, dtype=np.float32)))
+    masked = get_stage("mask_slices")(dead)
+    assert not masked.valid.any()
+    with pytest.raises(StageError, match=r"constant \(every finite voxel is 7\)"):
+        normalize(masked)
+
+
+def test_invalid_parameters_are_refused():
+    with pytest.raises(PipelineConfigError, match="clip_low_percentile < clip_high"):
+        NormalizeParams(clip_low_percentile=99.0, clip_high_percentile=1.0)
+    with pytest.raises(PipelineConfigError, match="eps must be positive"):
+        NormalizeParams(eps=0.0)
+    with pytest.raises(PipelineConfigError, match="invalid_value must be finite"):
+        NormalizeParams(invalid_value=float("nan"))
+
+
+def test_registered_under_its_pipeline_name():
+    assert get_stage("normalize") is normalize
