@@ -36,7 +36,7 @@ import numpy as np
 
 from mriprep.errors import PipelineConfigError
 from mriprep.stages import StageOutput, stage
-from mriprep.stages.sanitize import robust_threshold
+from mriprep.stages.intensity import robust_threshold
 from mriprep.volume import Volume
 
 # Voxels where the two neighbours differ by more than this (log-ratio, ~10%) are left out

@@ -17,7 +17,7 @@ import numpy as np
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
-from mriprep.stages.sanitize import foreground_mask
+from mriprep.stages.intensity import foreground_mask
 from mriprep.volume import Volume
 
 CONFORM_MAX = 255.0

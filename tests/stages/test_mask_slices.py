@@ -12,43 +12,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import ndimage
 
 from mriprep.errors import PipelineConfigError
 from mriprep.stages import get_stage
 from mriprep.stages.mask_slices import MaskSlicesParams, artifact_axes, mask_slices
 from mriprep.stages.sanitize import sanitize
-from mriprep.templates import load_template
 from mriprep.volume import Volume
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_slices.py"
 
 
-def template_head(spacing=(2.0, 2.0, 2.0), noise=15.0, seed=0) -> Volume:
-    """The MNI152 brain on a coarser grid (WM ~1000), bias field, Rician noise."""
-    template = load_template("mni152")
-    data = template.data
-    for axis, step in enumerate(spacing):  # a thick voxel averages its slab
-        data = ndimage.uniform_filter1d(data, int(round(step)), axis=axis)
-    data = ndimage.zoom(data, 1 / np.asarray(spacing), order=1)
-    data = np.pad(data, 4) * (1000 / np.percentile(template.data[template.data > 0], 90))
-    rng = np.random.default_rng(seed)
-    grid = np.meshgrid(*[np.linspace(-1, 1, n) for n in data.shape], indexing="ij", sparse=True)
-    data = data * np.exp(sum(c * g for c, g in zip(rng.uniform(-0.15, 0.15, 3), grid)))
-    if noise:
-        data = np.hypot(data + rng.normal(0, noise, data.shape), rng.normal(0, noise, data.shape))
-    affine = np.diag([*spacing, 1.0])
-    affine[:3, 3] = template.affine[:3, 3]
-    return Volume.from_array(data.astype(np.float32), affine, subject_id="template-head")
-
-
 @pytest.fixture(scope="module")
-def iso() -> Volume:
+def iso(template_head) -> Volume:
     return template_head((2.0, 2.0, 2.0))
 
 
 @pytest.fixture(scope="module")
-def thick() -> Volume:
+def thick(template_head) -> Volume:
     return template_head((2.0, 2.0, 6.0), seed=1)
 
 
@@ -193,7 +173,7 @@ def test_zero_padding_beyond_the_field_of_view_is_flagged_in_a_noisy_scan(iso):
     assert found[2]["incomplete"] == {i: "outside_fov" for i in range(n - 5, n)}
 
 
-def test_a_skull_stripped_scan_keeps_its_empty_background_slices():
+def test_a_skull_stripped_scan_keeps_its_empty_background_slices(template_head):
     """Zero background is background: its empty border slices are not missing data."""
     stripped = template_head((2.0, 2.0, 2.0), noise=0.0)
     assert (stripped.data[:, :, 0] == 0).all()

@@ -8,36 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import ndimage
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import get_stage
+from mriprep.stages.intensity import foreground_mask
 from mriprep.stages.normalize import NormalizeParams, normalize
-from mriprep.stages.sanitize import foreground_mask, sanitize
-from mriprep.templates import load_template
+from mriprep.stages.sanitize import sanitize
 from mriprep.volume import Volume
 
 
-def template_head(spacing=(2.0, 2.0, 2.0), noise=15.0, seed=0) -> Volume:
-    """The MNI152 brain on a coarser grid (WM ~1000), bias field, Rician noise."""
-    template = load_template("mni152")
-    data = template.data
-    for axis, step in enumerate(spacing):  # a thick voxel averages its slab
-        data = ndimage.uniform_filter1d(data, int(round(step)), axis=axis)
-    data = ndimage.zoom(data, 1 / np.asarray(spacing), order=1)
-    data = np.pad(data, 4) * (1000 / np.percentile(template.data[template.data > 0], 90))
-    rng = np.random.default_rng(seed)
-    grid = np.meshgrid(*[np.linspace(-1, 1, n) for n in data.shape], indexing="ij", sparse=True)
-    data = data * np.exp(sum(c * g for c, g in zip(rng.uniform(-0.15, 0.15, 3), grid)))
-    if noise:
-        data = np.hypot(data + rng.normal(0, noise, data.shape), rng.normal(0, noise, data.shape))
-    affine = np.diag([*spacing, 1.0])
-    affine[:3, 3] = template.affine[:3, 3]
-    return Volume.from_array(data.astype(np.float32), affine, subject_id="template-head")
-
-
 @pytest.fixture(scope="module")
-def head() -> Volume:
+def head(template_head) -> Volume:
     return sanitize(template_head())
 
 

@@ -1,0 +1,73 @@
+"""`make bench`: every benchmark of mriprep in one run, on one demo cohort.
+
+Each section measures side by side (mriprep against its anchor in the same run), because
+these machines are shared and noisy: compare the ratios, not the absolute seconds. Nothing
+here asserts a time. Sections can be chosen: ``python benchmarks/run_all.py slices loader``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Benchmarks import each other as a package when run as a script from the repo root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import (  # noqa: E402
+    bench_check,
+    bench_loader,
+    bench_registration,
+    bench_runner,
+    bench_slices,
+)
+from mriprep.demo import build_demo_cohort  # noqa: E402
+
+
+def _sections(cohort: Path, work: Path, subjects: int) -> dict:
+    return {
+        "registration": lambda: bench_registration.main(
+            ["--cohort", str(cohort), "--subjects", str(subjects)]
+        ),
+        "slices": lambda: bench_slices.main([str(cohort)]),
+        "runner": lambda: bench_runner.main(["--work-dir", str(work / "runner")]),
+        "loader": lambda: bench_loader.main([]),
+        "check": lambda: bench_check.main([]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sections", nargs="*", help="run only these sections")
+    parser.add_argument("--work-dir", help="keep the demo cohort and caches here")
+    parser.add_argument("--registration-subjects", type=int, default=3,
+                        help="subjects timed against ANTs' ~30 s default Rigid (default 3)")
+    args = parser.parse_args(argv)
+
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="mriprep-bench-"))
+    cohort = work / "cohort"
+    if not (cohort / "ground_truth.json").exists():
+        print(f"building the demo cohort in {cohort} ...", flush=True)
+        build_demo_cohort(cohort, n_subjects=12, seed=0)
+    sections = _sections(cohort, work, args.registration_subjects)
+    chosen = args.sections or list(sections)
+    unknown = [s for s in chosen if s not in sections]
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from {list(sections)}")
+
+    status = 0
+    for name in chosen:
+        print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
+        start = time.perf_counter()
+        status |= int(sections[name]() or 0)
+        print(f"({name}: {time.perf_counter() - start:.0f} s)", flush=True)
+    print(f"\nbench work folder: {work}")
+    return status
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
