@@ -1,0 +1,104 @@
+"""The demo's referee must pass a run that handled every defect and fail one that did not."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from mriprep.demo_verify import (
+    brain_points_mm,
+    target_registration_error,
+    verify_demo_run,
+)
+
+
+def _perfect_results(truth):
+    """Results of a run that handled every planted defect exactly as designed."""
+    results = []
+    for sid, subject in truth["subjects"].items():
+        if subject["expected"] == "fail":
+            results.append({"subject_id": sid, "status": "failed", "stage": "load",
+                            "reason": "planted", "metrics": {}})
+            continue
+        metrics = {"sanitize": {"nan": 0, "posinf": 0, "neginf": 0, "extreme": 0},
+                   "mask_slices": {},
+                   "register": {"template_to_subject": subject["template_to_subject"]}}
+        for d in subject["defects"]:
+            if d["kind"] == "nan_blob":
+                metrics["sanitize"]["nan"] = d["n_voxels"]
+            elif d["kind"] == "extreme_values":
+                values = np.asarray(d["values"])
+                big = np.abs(values) > np.finfo(np.float32).max
+                metrics["sanitize"].update(posinf=int((big & (values > 0)).sum()),
+                                           neginf=int((big & (values < 0)).sum()),
+                                           extreme=int((~big).sum()))
+            elif d["kind"] in ("zero_slab", "spike_slice", "dropout_slice"):
+                axis = metrics["mask_slices"].setdefault(f"axis_{d['axis']}", {"flagged": []})
+                axis["flagged"] += d.get("slices", [d.get("index")])
+        results.append({"subject_id": sid, "status": "cached", "metrics": metrics})
+    return results
+
+
+def _leak_findings(truth):
+    leak = next((sid, d["copy_of"]) for sid, s in truth["subjects"].items()
+                for d in s["defects"] if d["kind"] == "leak")
+    return [SimpleNamespace(code="duplicate-input", subjects=leak)]
+
+
+@pytest.fixture(scope="module")
+def points():
+    return brain_points_mm(step=8)
+
+
+def test_a_run_that_handled_every_defect_passes(demo_cohort, points):
+    truth = demo_cohort.truth
+    verdicts = verify_demo_run(truth, _perfect_results(truth), _leak_findings(truth), points)
+    assert all(v.ok for v in verdicts), [v for v in verdicts if not v.ok]
+    expectations = " ".join(v.expectation for v in verdicts)
+    for word in ("NaN blob", "extreme values", "zero-filled slab", "spike slice",
+                 "dropout slice", "leak", "reported as failed", "registration"):
+        assert word in expectations
+
+
+@pytest.mark.parametrize("breakage", ["missed_slice", "nan_undercount", "cached_dead",
+                                      "bad_transform", "no_check"])
+def test_each_mishandled_defect_is_named(demo_cohort, points, breakage):
+    truth = demo_cohort.truth
+    results = copy.deepcopy(_perfect_results(truth))
+    findings = _leak_findings(truth)
+    by_id = {r["subject_id"]: r for r in results}
+
+    def with_defect(kind):
+        return next(sid for sid, s in truth["subjects"].items()
+                    if any(d["kind"] == kind for d in s["defects"]))
+
+    if breakage == "missed_slice":
+        sid = with_defect("spike_slice")
+        for axis in by_id[sid]["metrics"]["mask_slices"].values():
+            axis["flagged"] = []
+    elif breakage == "nan_undercount":
+        sid = with_defect("nan_blob")
+        by_id[sid]["metrics"]["sanitize"]["nan"] -= 1
+    elif breakage == "cached_dead":
+        sid = with_defect("dead_volume")
+        by_id[sid].update(status="cached", metrics={})
+    elif breakage == "bad_transform":
+        sid = with_defect("zero_slab")
+        moved = np.array(truth["subjects"][sid]["template_to_subject"])
+        moved[0, 3] += 0.6  # a 0.6 mm shift exceeds the 0.5 mm max bound
+        by_id[sid]["metrics"]["register"]["template_to_subject"] = moved.tolist()
+    else:
+        sid, findings = with_defect("leak"), None
+    failed = [v for v in verify_demo_run(truth, results, findings, points) if not v.ok]
+    assert failed and {v.subject_id for v in failed} == {sid}
+
+
+def test_registration_error_of_a_pure_translation_is_its_length():
+    points = np.random.default_rng(0).uniform(-60, 60, size=(100, 3))
+    shift = np.eye(4)
+    shift[:3, 3] = [0.3, 0.4, 0.0]
+    errors = target_registration_error(shift, np.eye(4), points)
+    np.testing.assert_allclose(errors, 0.5)
