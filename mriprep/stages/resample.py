@@ -1,0 +1,444 @@
+"""Resample: apply a pending registration and the change of grid in one interpolation.
+
+Every output voxel centre is mapped to a continuous position in the input's voxel grid by
+one affine map, ``inv(input affine) @ template_to_subject @ output affine`` (the middle
+factor is the identity without a registration), and the input is interpolated there
+once. Two successive resamplings (register, then regrid) would blur the anatomy twice.
+
+Target grid
+    With a pending registration: the template's grid it carries. Otherwise a grid with
+    the input's axes and ``spacing``, centred on the input's field of view, covering it
+    (``round(n * input_spacing / spacing)`` voxels per axis) or with an explicit
+    ``shape`` (e.g. 256^3 at 1 mm, FastSurfer's conformed grid).
+
+Images
+    ``linear`` (trilinear) or ``bspline`` (cubic B-spline, finite data only: its
+    prefilter spreads a NaN along whole lines). Anisotropic inputs, whose largest voxel
+    side exceeds ``anisotropy_threshold`` times the smallest, follow nnU-Net's idea: cubic
+    in-plane and linear along the thick axis, so that cubic ringing across 5 mm slices
+    cannot overshoot. The two steps are one separable kernel evaluated once per output
+    point: the in-plane cubic value is taken on the two slices that bracket the point and
+    blended linearly between them. Trilinear interpolation is already exactly that
+    (bilinear in-plane, then linear along the thick axis), so ``linear`` needs no special
+    case.
+
+Labels
+    ``nearest``, or ``label_linear``: each label's indicator is interpolated linearly and
+    the most probable label wins (smoother boundaries than nearest, as FreeSurfer does).
+    Either way every output value is an input label (or 0 outside the field of view).
+
+Validity
+    Conservative: an output voxel is invalid if any input voxel with a non-zero weight in
+    its interpolation kernel is invalid (support: 2 voxels per axis for linear, 4 for
+    cubic), or if it lies outside the input's field of view (beyond the outermost voxel
+    centres, with a 1e-6 voxel tolerance for round-off). The cubic B-spline prefilter is
+    recursive and reaches further, decaying by a factor 0.27 per voxel; filled voxels hold
+    plausible finite values (the sanitize stage's local fill), so that tail is harmless.
+
+When the map sends every output voxel exactly onto an input voxel (same grid, axis
+flips, whole-voxel shifts; within 1e-9 voxel), values are copied, not interpolated: the
+same grid returns the input bit for bit (NaN on invalid voxels, which ``linear`` accepts,
+becomes 0 there as everywhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy import ndimage
+
+from mriprep.errors import PipelineConfigError, StageError
+from mriprep.stages import StageOutput, stage
+from mriprep.volume import Volume
+
+# Positions within this distance (voxels) of the outermost voxel centres are inside the
+# field of view: matrix products leave ~1e-13 of round-off on exact grid positions.
+_INSIDE_TOLERANCE = 1e-6
+# An input voxel whose interpolation weight is below this does not "touch" the output.
+_TOUCH_WEIGHT = 1e-6
+# A map whose entries are this close to integers is an exact voxel-to-voxel map.
+_INDEX_MAP_TOLERANCE = 1e-9
+# Output voxels processed at a time: bounds the memory of coordinates and label scores.
+_CHUNK_VOXELS = 1 << 20
+
+
+@dataclass(frozen=True)
+class ResampleParams:
+    """Parameters of the resample stage.
+
+    Attributes
+    ----------
+    interpolation : {"linear", "bspline"}
+        Image interpolation; ``bspline`` is cubic and needs finite data.
+    label_interpolation : {"nearest", "label_linear"}
+        Label maps: nearest neighbour, or per-label linear interpolation and argmax.
+    spacing : tuple of 3 floats
+        Output voxel size (mm) when there is no pending registration.
+    shape : tuple of 3 ints or None
+        Output shape when there is no pending registration, centred on the input's field
+        of view; None covers the field of view.
+    anisotropy_threshold : float
+        Largest/smallest input spacing above which a ``bspline`` image is interpolated
+        cubic in-plane and linear along the thick axis.
+    """
+
+    interpolation: Literal["linear", "bspline"] = "linear"
+    label_interpolation: Literal["nearest", "label_linear"] = "nearest"
+    spacing: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    shape: tuple[int, int, int] | None = None
+    anisotropy_threshold: float = 3.0
+
+    def __post_init__(self):
+        spacing = tuple(float(s) for s in self.spacing)
+        if len(spacing) != 3 or not all(np.isfinite(spacing)) or min(spacing) <= 0:
+            raise PipelineConfigError(
+                f"resample: spacing must be three positive sizes in mm, got {self.spacing}"
+            )
+        object.__setattr__(self, "spacing", spacing)
+        if self.shape is not None:
+            shape = tuple(int(s) for s in self.shape)
+            if len(shape) != 3 or min(shape) < 1:
+                raise PipelineConfigError(
+                    f"resample: shape must be three positive voxel counts, got {self.shape}"
+                )
+            object.__setattr__(self, "shape", shape)
+        if not self.anisotropy_threshold >= 1:
+            raise PipelineConfigError(
+                "resample: anisotropy_threshold is a ratio of spacings and must be at "
+                f"least 1, got {self.anisotropy_threshold}"
+            )
+
+
+def target_grid(
+    affine: np.ndarray, shape: tuple[int, int, int], spacing, out_shape=None
+) -> tuple[tuple[int, int, int], np.ndarray]:
+    """A grid with the input's axes and ``spacing``, centred on the input's field of view.
+
+    Parameters
+    ----------
+    affine : ndarray, shape (4, 4)
+        Input voxel-to-world affine.
+    shape : tuple of 3 ints
+        Input shape.
+    spacing : sequence of 3 floats
+        Output voxel size (mm).
+    out_shape : tuple of 3 ints, optional
+        Output shape; by default ``round(shape * input_spacing / spacing)``.
+
+    Returns
+    -------
+    shape : tuple of 3 ints
+    affine : ndarray, shape (4, 4)
+
+    Examples
+    --------
+    >>> shape, affine = target_grid(np.diag([1.0, 1.0, 3.0, 1.0]), (10, 10, 4), (1, 1, 1))
+    >>> shape, affine[2, 2], affine[2, 3]
+    ((10, 10, 12), 1.0, -1.0)
+    """
+    affine = np.asarray(affine, dtype=np.float64)
+    in_shape = np.asarray(shape, dtype=np.float64)
+    in_spacing = np.linalg.norm(affine[:3, :3], axis=0)
+    spacing = np.asarray(spacing, dtype=np.float64)
+    if out_shape is None:
+        new_shape = np.maximum(np.round(in_shape * in_spacing / spacing), 1).astype(int)
+    else:
+        new_shape = np.asarray(out_shape, dtype=int)
+    directions = affine[:3, :3] / in_spacing
+    centre = affine[:3, :3] @ ((in_shape - 1) / 2) + affine[:3, 3]
+    new_affine = np.eye(4)
+    new_affine[:3, :3] = directions * spacing
+    new_affine[:3, 3] = centre - new_affine[:3, :3] @ ((new_shape - 1) / 2)
+    return tuple(int(s) for s in new_shape), new_affine
+
+
+def anisotropic_axis(spacing, threshold: float) -> int | None:
+    """The thick axis of an anisotropic grid (largest/smallest spacing > threshold)."""
+    spacing = np.asarray(spacing, dtype=np.float64)
+    if spacing.max() / spacing.min() > threshold:
+        return int(np.argmax(spacing))
+    return None
+
+
+def _index_map(vox_map: np.ndarray) -> bool:
+    """Whether the voxel map sends voxel centres exactly onto voxel centres."""
+    rounded = np.rint(vox_map)
+    if not np.allclose(vox_map, rounded, rtol=0, atol=_INDEX_MAP_TOLERANCE):
+        return False
+    linear = rounded[:3, :3]
+    return bool(
+        np.all(np.abs(linear).sum(axis=0) == 1) and np.all(np.abs(linear).sum(axis=1) == 1)
+    )
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    """How the image is interpolated: exact copy, trilinear, cubic, or cubic in-plane
+    with linear along ``thick_axis``."""
+
+    kind: Literal["copy", "linear", "cubic", "cubic_inplane"]
+    thick_axis: int | None = None
+
+    def describe(self) -> str:
+        return {
+            "copy": "exact copy (voxel centres coincide)",
+            "linear": "trilinear",
+            "cubic": "cubic B-spline",
+            "cubic_inplane": f"cubic B-spline in-plane, linear along axis {self.thick_axis}",
+        }[self.kind]
+
+
+def _chunks(vox_map: np.ndarray, out_shape: tuple[int, int, int]):
+    """Yield (output slab, input voxel coordinates of its voxels, shape (3, n))."""
+    plane = out_shape[1] * out_shape[2]
+    step = max(1, _CHUNK_VOXELS // plane)
+    j, k = np.meshgrid(np.arange(out_shape[1]), np.arange(out_shape[2]), indexing="ij")
+    jk = np.stack([j.ravel(), k.ravel()]).astype(np.float64)
+    linear, offset = vox_map[:3, :3], vox_map[:3, 3:4]
+    for start in range(0, out_shape[0], step):
+        stop = min(start + step, out_shape[0])
+        i = np.repeat(np.arange(start, stop, dtype=np.float64), plane)
+        grid = np.vstack([i, np.tile(jk, (1, stop - start))])
+        yield slice(start, stop), linear @ grid + offset
+
+
+class _Sampler:
+    """Evaluates a volume's image and validity, and its labels, at voxel coordinates."""
+
+    def __init__(self, volume: Volume, kernel: _Kernel):
+        self.shape = np.asarray(volume.shape)
+        self.upper = (self.shape - 1)[:, None].astype(np.float64)
+        self.kernel = kernel
+        data = volume.data
+        if not np.isfinite(data).all():
+            # Only invalid voxels may be non-finite here (checked by the stage); zero
+            # them so that they cannot turn a neighbour's weighted sum into NaN.
+            data = np.where(np.isfinite(data), data, np.float32(0.0))
+        if kernel.kind in ("cubic", "cubic_inplane"):
+            # Interpolating coefficients along every axis: evaluated at an integer
+            # thick-axis position they reproduce that slice's in-plane cubic spline.
+            self.values = ndimage.spline_filter(data.astype(np.float64), order=3, mode="mirror")
+        else:
+            self.values = data
+        self.invalid = None
+        invalid = ~volume.valid
+        if invalid.any():
+            footprint = self._cubic_footprint()
+            if footprint is not None:
+                invalid = ndimage.maximum_filter(invalid, footprint=footprint, mode="nearest")
+            self.invalid = invalid.astype(np.float32)
+            # Only points within one voxel of this box can touch an invalid voxel.
+            corners = np.argwhere(invalid)
+            self.invalid_box = (corners.min(0)[:, None] - 1.0, corners.max(0)[:, None] + 1.0)
+        self.label = volume.label
+
+    def _cubic_footprint(self) -> np.ndarray | None:
+        """Cubic weights reach one voxel further than linear ones on each side, along
+        the cubic axes: dilating the invalid mask there and then testing the linear
+        support tests exactly the cubic support."""
+        if self.kernel.kind == "cubic":
+            return np.ones((3, 3, 3), dtype=bool)
+        if self.kernel.kind == "cubic_inplane":
+            size = [3, 3, 3]
+            size[self.kernel.thick_axis] = 1
+            return np.ones(size, dtype=bool)
+        return None
+
+    def inside(self, coords: np.ndarray) -> np.ndarray:
+        """Positions within the outermost voxel centres (with round-off tolerance)."""
+        return np.all(
+            (coords >= -_INSIDE_TOLERANCE) & (coords <= self.upper + _INSIDE_TOLERANCE),
+            axis=0,
+        )
+
+    def clip(self, coords: np.ndarray) -> np.ndarray:
+        return np.clip(coords, 0.0, self.upper)
+
+    def image(self, coords: np.ndarray, inside: np.ndarray):
+        """Image values (0 outside) and validity at clipped coordinates."""
+        if self.kernel.kind == "copy":
+            index = tuple(np.rint(coords).astype(np.intp))
+            values = self.values[index]
+            touched = self.invalid[index] if self.invalid is not None else None
+        else:
+            values = self._interpolate(coords)
+            touched = None
+            if self.invalid is not None:
+                lo, hi = self.invalid_box
+                near = np.all((coords > lo) & (coords < hi), axis=0)
+                touched = np.zeros(coords.shape[1], dtype=np.float32)
+                touched[near] = ndimage.map_coordinates(
+                    self.invalid, coords[:, near], order=1, mode="nearest"
+                )
+        valid = inside if touched is None else inside & (touched <= _TOUCH_WEIGHT)
+        return np.where(inside, values, 0.0).astype(np.float32), valid
+
+    def _interpolate(self, coords: np.ndarray) -> np.ndarray:
+        kind = self.kernel.kind
+        if kind == "linear":
+            return ndimage.map_coordinates(self.values, coords, order=1, mode="nearest")
+        if kind == "cubic":
+            return ndimage.map_coordinates(
+                self.values, coords, order=3, mode="mirror", prefilter=False
+            )
+        # Cubic in-plane on the two slices that bracket the point, linear between them.
+        axis = self.kernel.thick_axis
+        last = int(self.shape[axis]) - 1
+        position = coords[axis]
+        lower = np.clip(np.floor(position), 0, max(last - 1, 0))
+        weight = position - lower
+        on_lower, on_upper = coords.copy(), coords.copy()
+        on_lower[axis] = lower
+        on_upper[axis] = np.minimum(lower + 1, last)
+        below = ndimage.map_coordinates(
+            self.values, on_lower, order=3, mode="mirror", prefilter=False
+        )
+        above = ndimage.map_coordinates(
+            self.values, on_upper, order=3, mode="mirror", prefilter=False
+        )
+        return below + weight * (above - below)
+
+    def nearest_labels(self, coords: np.ndarray, inside: np.ndarray) -> np.ndarray:
+        labels = self.label[tuple(np.rint(coords).astype(np.intp))]
+        return np.where(inside, labels, 0).astype(self.label.dtype)
+
+
+def _resample_arrays(
+    volume: Volume,
+    vox_map: np.ndarray,
+    out_shape: tuple[int, int, int],
+    kernel: _Kernel,
+    label_mode: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
+    """Sample ``volume`` at ``vox_map @ v`` for every output voxel ``v`` of ``out_shape``.
+
+    Returns the float32 image, the boolean validity, the label map (or None) and the
+    number of output voxels outside the input's field of view.
+    """
+    sampler = _Sampler(volume, kernel)
+    data = np.empty(out_shape, dtype=np.float32)
+    valid = np.empty(out_shape, dtype=bool)
+    label = None if volume.label is None else np.empty(out_shape, dtype=volume.label.dtype)
+    by_label = label is not None and label_mode == "label_linear" and kernel.kind != "copy"
+    outside = 0
+    for slab, coords in _chunks(vox_map, out_shape):
+        chunk = (slab.stop - slab.start, out_shape[1], out_shape[2])
+        inside = sampler.inside(coords)
+        outside += int(inside.size - np.count_nonzero(inside))
+        coords = sampler.clip(coords)
+        values, ok = sampler.image(coords, inside)
+        data[slab] = values.reshape(chunk)
+        valid[slab] = ok.reshape(chunk)
+        if label is not None and not by_label:
+            label[slab] = sampler.nearest_labels(coords, inside).reshape(chunk)
+    if by_label:
+        label[...] = _label_linear(volume.label, vox_map, out_shape, sampler)
+    return data, valid, label, outside
+
+
+def _label_linear(label, vox_map, out_shape, sampler: _Sampler) -> np.ndarray:
+    """Per-label linear interpolation of the indicator maps, then argmax (ties: the
+    smaller label). One label at a time, so memory does not grow with the label count."""
+    best = np.full(out_shape, -1.0, dtype=np.float32)
+    out = np.zeros(out_shape, dtype=label.dtype)
+    for value in np.unique(label):
+        indicator = (label == value).astype(np.float32)
+        for slab, coords in _chunks(vox_map, out_shape):
+            chunk = (slab.stop - slab.start, out_shape[1], out_shape[2])
+            inside = sampler.inside(coords).reshape(chunk)
+            score = ndimage.map_coordinates(
+                indicator, sampler.clip(coords), order=1, mode="nearest"
+            ).reshape(chunk)
+            better = inside & (score > best[slab])
+            out[slab][better] = value
+            best[slab][better] = score[better]
+    return out
+
+
+def _check_finite(volume: Volume, params: ResampleParams) -> None:
+    finite = np.isfinite(volume.data)
+    if finite.all():
+        return
+    if params.interpolation == "bspline":
+        raise StageError(
+            "resample",
+            f"{int((~finite).sum())} voxel(s) are NaN or infinite and B-spline "
+            "interpolation would spread them along whole lines of the volume; run the "
+            "'sanitize' stage first or use interpolation: linear",
+            volume.name,
+        )
+    bad_valid = ~finite & volume.valid
+    if bad_valid.any():
+        raise StageError(
+            "resample",
+            f"{int(bad_valid.sum())} voxel(s) marked valid are NaN or infinite; run the "
+            "'sanitize' stage before 'resample'",
+            volume.name,
+        )
+
+
+@stage("resample", ResampleParams)
+def resample(volume: Volume, params: ResampleParams) -> StageOutput:
+    """Apply the pending registration (if any) and the target grid in one interpolation.
+
+    Parameters
+    ----------
+    volume : Volume
+    params : ResampleParams
+
+    Returns
+    -------
+    StageOutput
+        The volume on the target grid, ``pending`` cleared. Metrics: output ``shape``,
+        ``spacing`` and ``affine``, the ``grid`` source (``"template"`` or
+        ``"spacing"``), the ``kernel`` used, ``anisotropic_axis``, the
+        ``invalid_fraction`` of the output and the share ``outside_fraction`` that lies
+        outside the input's field of view, and ``label_values``.
+
+    Raises
+    ------
+    StageError
+        Non-finite image values where they would reach the output (see module doc).
+    """
+    _check_finite(volume, params)
+    pending = volume.pending
+    if pending is not None:
+        out_shape, out_affine = pending.target_shape, pending.target_affine
+        world_map = pending.template_to_subject
+        grid_source = "template"
+    else:
+        out_shape, out_affine = target_grid(
+            volume.affine, volume.shape, params.spacing, params.shape
+        )
+        world_map = np.eye(4)
+        grid_source = "spacing"
+    vox_map = np.linalg.inv(volume.affine) @ world_map @ out_affine
+    thick = anisotropic_axis(volume.spacing, params.anisotropy_threshold)
+    if _index_map(vox_map):
+        vox_map = np.rint(vox_map)
+        kernel = _Kernel("copy")
+    elif params.interpolation == "linear":
+        kernel = _Kernel("linear")
+    elif thick is not None:
+        kernel = _Kernel("cubic_inplane", thick)
+    else:
+        kernel = _Kernel("cubic")
+    data, valid, label, outside = _resample_arrays(
+        volume, vox_map, out_shape, kernel, params.label_interpolation
+    )
+    invalid_fraction = 1.0 - float(np.count_nonzero(valid)) / valid.size
+    out = volume.replace(data=data, valid=valid, label=label, affine=out_affine, pending=None)
+    metrics = {
+        "grid": grid_source,
+        "shape": list(out.shape),
+        "spacing": [round(s, 9) for s in out.spacing],
+        "affine": out_affine.tolist(),
+        "kernel": kernel.describe(),
+        "anisotropic_axis": thick,
+        "invalid_fraction": invalid_fraction,
+        "outside_fraction": outside / valid.size,
+        "label_values": None if label is None else np.unique(label).tolist(),
+    }
+    return StageOutput(out, metrics)
