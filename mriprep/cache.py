@@ -9,8 +9,9 @@ Layout of a cache folder::
       entries/<key>/valid.npy     bool [X, Y, Z]: False where a voxel was filled or masked
       entries/<key>/label.npy     int16 [X, Y, Z] (only when the subject has a label map)
       entries/<key>/meta.json     sidecar: geometry, inputs, checksums, provenance
+      entries/<key>/transform.tfm registration transform, ITK format (registered entries)
       entries/.tmp/               entries being written (never read)
-      reports/                    run reports (CSV and JSON) written by the runner
+      reports/latest.json|csv     the last run's per-subject report (+ timestamped copies)
 
 Identity. ``<key>`` is the SHA-256 of the subject and session ids, the SHA-256 of every
 input file's bytes and the pipeline hash (:func:`entry_key`). Changing an input byte or a
@@ -43,7 +44,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import xxhash
@@ -137,7 +138,7 @@ class Cache:
                     f"{self.root} is not an mriprep cache (no {marker.name}); "
                     "create one with `mriprep run MANIFEST -o CACHE`"
                 )
-            if self.root.exists() and any(self.root.iterdir()):
+            if self.root.exists() and not _only_cache_layout(self.root):
                 raise CacheError(
                     f"{self.root} exists, is not empty and is not an mriprep cache; "
                     "choose an empty or new folder for -o"
@@ -171,14 +172,16 @@ class Cache:
         """True when the entry is complete (and, with ``verify``, its checksums match)."""
         try:
             meta = self.read_meta(key)
-        except CacheError:
+            listed = list(meta["files"].values()) + list(meta.get("extra_files", {}).values())
+            for info in listed:
+                path = self.entry_dir(key) / info["file"]
+                if not path.is_file() or path.stat().st_size != info["bytes"]:
+                    return False
+                if verify and checksum_file(path) != info["xxh3_128"]:
+                    return False
+        except (CacheError, KeyError, TypeError, AttributeError, OSError):
+            # A sidecar without the fields it must have is as good as no entry.
             return False
-        for name, info in meta["files"].items():
-            path = self.entry_dir(key) / info["file"]
-            if not path.is_file() or path.stat().st_size != info["bytes"]:
-                return False
-            if verify and checksum_file(path) != info["xxh3_128"]:
-                return False
         return True
 
     def read_meta(self, key: str) -> dict[str, Any]:
@@ -206,6 +209,7 @@ class Cache:
         tensors: dict[str, np.ndarray],
         meta: dict[str, Any],
         replace: bool = False,
+        extra_files: dict[str, str | bytes] | None = None,
     ) -> dict[str, Any]:
         """Write one entry atomically and return its summary for the index.
 
@@ -220,6 +224,11 @@ class Cache:
         checksum of each tensor) and the format version. With ``replace`` an existing entry
         of the same key is swapped out (``--force``); otherwise an existing complete entry
         wins and ours is discarded (two runs computed the same content).
+
+        ``extra_files`` maps a plain file name (e.g. ``transform.tfm``) to its text or
+        bytes; each is written inside the entry folder with the same atomicity and listed
+        with its size and checksum under ``extra_files`` in the sidecar (``files`` keeps
+        listing tensors only).
         """
         missing = [k for k in REQUIRED_META if k not in meta]
         if missing:
@@ -229,6 +238,14 @@ class Cache:
             raise ValueError(
                 f"write_entry needs tensors image, valid [, label]; got {sorted(tensors)}"
             )
+        extra_files = dict(extra_files or {})
+        reserved = {"meta.json"} | {f"{name}.npy" for name in TENSOR_NAMES}
+        for name in extra_files:
+            if Path(name).name != name or name.startswith(".") or name in reserved:
+                raise ValueError(
+                    f"write_entry: extra file name {name!r} must be a plain file name, not "
+                    f"hidden and not one of {sorted(reserved)}"
+                )
         self._sweep_stale_tmp()
         tmp = self.tmp_dir / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
@@ -248,8 +265,22 @@ class Cache:
                     "bytes": path.stat().st_size,
                     "xxh3_128": checksum_file(path),
                 }
+            extras = {}
+            for name, content in extra_files.items():
+                path = tmp / name
+                with open(path, "wb") as fh:
+                    fh.write(content.encode() if isinstance(content, str) else content)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                extras[name] = {
+                    "file": name,
+                    "bytes": path.stat().st_size,
+                    "xxh3_128": checksum_file(path),
+                }
             full_meta = dict(jsonable(meta))
             full_meta.update(format_version=FORMAT_VERSION, key=key, files=files)
+            if extras:
+                full_meta["extra_files"] = extras
             _atomic_write_text(tmp / "meta.json", json.dumps(full_meta, indent=1))
             _fsync_dir(tmp)
             self._move_into_place(tmp, key, replace)
@@ -318,16 +349,24 @@ class Cache:
             refs = [r for r in refs if r.split == split]
         return sorted(refs, key=lambda r: (r.subject_id, r.session_id, r.key))
 
-    def update_index(self, summaries: dict[str, dict[str, Any]]) -> None:
+    def update_index(
+        self,
+        summaries: dict[str, dict[str, Any]],
+        retire: Iterable[tuple[str, str]] = (),
+    ) -> None:
         """Add or refresh entries (key -> summary, including ``split``) under the lock.
 
         An entry for a (subject_id, session_id) that already has another key replaces it.
+        ``retire`` lists (subject_id, session_id) pairs whose entries leave the index
+        (subjects that failed this run: their old entry no longer matches their inputs).
         """
-        if not summaries:
+        retire = {(str(s), str(e or "")) for s, e in retire}
+        if not summaries and not retire:
             return
         with self.locked():
             index = self.read_index()
             incoming = {(s["subject_id"], s.get("session_id", "")) for s in summaries.values()}
+            incoming |= retire
             index = {
                 k: s
                 for k, s in index.items()
@@ -345,10 +384,29 @@ class Cache:
             doc = {"version": FORMAT_VERSION, "entries": dict(sorted(index.items()))}
             _atomic_write_text(self.index_path, json.dumps(doc, indent=1))
 
+    def write_report(self, name: str, text: str) -> Path:
+        """Write ``reports/<name>`` atomically (readers never see half a report)."""
+        path = self.reports_dir / name
+        _atomic_write_text(path, text)
+        return path
+
 
 def summary_of(meta: dict[str, Any]) -> dict[str, Any]:
     """The index summary of an entry: its sidecar without the bulky provenance."""
     return {k: v for k, v in meta.items() if k != "provenance"}
+
+
+def _only_cache_layout(root: Path) -> bool:
+    """True when ``root`` holds nothing but what creating a cache makes.
+
+    Two runs started at once on a new folder both find no marker; the second must see the
+    first one's half-made layout as a cache being created, not as a foreign folder.
+    """
+    made_by_cache = {"entries", "reports", ".lock", "mriprep-cache.json"}
+    return all(
+        p.name in made_by_cache or p.name.startswith(".mriprep-cache.json.")
+        for p in root.iterdir()
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
