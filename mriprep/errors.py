@@ -51,5 +51,9 @@ class StageError(MriprepError, ValueError):
         super().__init__(f"{where}stage {stage!r}: {reason}")
 
 
+class SchedulerError(MriprepError):
+    """The requested dask scheduler cannot be used (bad name, unreachable address)."""
+
+
 class CacheError(MriprepError):
     """The cache folder cannot be used (corrupt index, mixed pipelines, missing files)."""

@@ -65,7 +65,7 @@ import numpy as np
 
 import mriprep
 from mriprep.cache import Cache, entry_key, sha256_file, summary_of
-from mriprep.errors import MriprepError, StageError
+from mriprep.errors import MriprepError, SchedulerError, StageError
 from mriprep.pipeline import Pipeline
 from mriprep.stages import get_stage
 from mriprep.volume import Volume, jsonable
@@ -87,10 +87,6 @@ LOCAL_RETRIES = 1
 REPORT_FORMAT = "mriprep-run-report"
 REPORT_VERSION = 1
 _INT16 = np.iinfo(np.int16)
-
-
-class SchedulerError(MriprepError):
-    """The requested dask scheduler cannot be used (bad name, unreachable address)."""
 
 
 @dataclass(frozen=True)
