@@ -32,9 +32,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mriprep.registration.ants_backend import ITK_THREADS_VARIABLE
+
 METHODS = ("mriprep sitk", "mriprep ants", "ANTs Rigid", "ANTs QuickRigid")
 ANCHOR = "ANTs Rigid"
-_THREADS_VARIABLE = "ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS"
 
 
 def pick_subjects(truth: dict[str, Any], n: int) -> list[str]:
@@ -71,7 +72,7 @@ def _ants_default(type_of_transform: str) -> Callable:
     def register(volume, template) -> np.ndarray:
         import ants
 
-        from mriprep.stages.register import ants_image, matrix_from_ants
+        from mriprep.registration.geometry import ants_image, matrix_from_ants
 
         fixed = ants_image(template.data, template.affine)
         moving = ants_image(volume.data, volume.affine)
@@ -103,20 +104,17 @@ def run(cohort_dir, n: int = 3, threads: int = 2, methods=METHODS) -> list[dict[
     """
     if "ants" not in sys.modules:
         # ANTs' ITK reads its thread count once, when the library loads.
-        os.environ.setdefault(_THREADS_VARIABLE, str(threads))
+        os.environ.setdefault(ITK_THREADS_VARIABLE, str(threads))
     import SimpleITK as sitk
 
     from mriprep.demo import load_demo_cohort
-    from mriprep.stages.register import (
-        RegisterParams,
-        prepare_template,
-        target_registration_error,
-        template_brain_points,
-    )
+    from mriprep.registration.geometry import target_registration_error
+    from mriprep.registration.template import template_brain_points
+    from mriprep.stages.register import RegisterParams, prepare_template
     from mriprep.templates import load_template
 
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
-    ants_threads = int(os.environ.get(_THREADS_VARIABLE, threads))
+    ants_threads = int(os.environ.get(ITK_THREADS_VARIABLE, threads))
     if ants_threads != threads:
         print(f"note: ANTs was loaded with {ants_threads} thread(s), not {threads}",
               flush=True)

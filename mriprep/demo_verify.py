@@ -24,9 +24,15 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from mriprep.registration.geometry import target_registration_error
+from mriprep.registration.template import template_brain_points
+
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 TRE_MEAN_LIMIT_MM = 0.25
 TRE_MAX_LIMIT_MM = 0.5
+# The referee measures registration error at every 4th template brain voxel along each
+# axis: a rigid map's error varies smoothly across the brain, so 1/64 of the points do.
+BRAIN_POINT_STEP = 4
 
 
 @dataclass(frozen=True)
@@ -37,26 +43,6 @@ class Verdict:
     expectation: str
     ok: bool
     detail: str
-
-
-def target_registration_error(
-    estimated: np.ndarray, truth: np.ndarray, points_mm: np.ndarray
-) -> np.ndarray:
-    """Distance (mm) between where two transforms send each point (N x 3, RAS mm)."""
-    homogeneous = np.c_[points_mm, np.ones(len(points_mm))]
-    moved_est = homogeneous @ np.asarray(estimated, dtype=float).T
-    moved_true = homogeneous @ np.asarray(truth, dtype=float).T
-    return np.linalg.norm(moved_est[:, :3] - moved_true[:, :3], axis=1)
-
-
-def brain_points_mm(step: int = 4) -> np.ndarray:
-    """World coordinates of template brain voxels (every ``step``-th along each axis)."""
-    from nilearn.datasets import load_mni152_brain_mask
-
-    mask_img = load_mni152_brain_mask(resolution=1)
-    mask = np.asarray(mask_img.get_fdata())[::step, ::step, ::step] > 0.5
-    ijk = np.argwhere(mask) * step
-    return ijk @ mask_img.affine[:3, :3].T + mask_img.affine[:3, 3]
 
 
 def verify_demo_run(
@@ -78,7 +64,9 @@ def verify_demo_run(
         The check's findings (objects with ``code`` and ``subjects``), or None when the
         check was not run: the leak then cannot be verified and is reported as such.
     brain_points
-        Points for the registration error (default: :func:`brain_points_mm`).
+        Points for the registration error (default: every ``BRAIN_POINT_STEP``-th
+        brain voxel of the MNI152 template, see
+        :func:`~mriprep.registration.template.template_brain_points`).
     """
     by_subject = {r["subject_id"]: r for r in results}
     verdicts: list[Verdict] = []
@@ -98,7 +86,8 @@ def verify_demo_run(
                 verdicts.append(verdict)
         if "register" in metrics:
             if points is None:
-                points = brain_points if brain_points is not None else brain_points_mm()
+                points = (brain_points if brain_points is not None
+                          else template_brain_points("mni152", step=BRAIN_POINT_STEP))
             verdicts.append(_registration_verdict(subject_id, subject, metrics, points))
     return verdicts
 
@@ -170,8 +159,7 @@ def _registration_verdict(subject_id, subject, metrics, points) -> Verdict:
     if estimated is None:
         return Verdict(subject_id, "registration within bounds", False,
                        "the register stage recorded no transform")
-    errors = target_registration_error(estimated, subject["template_to_subject"], points)
-    mean, worst = float(errors.mean()), float(errors.max())
+    mean, worst = target_registration_error(estimated, subject["template_to_subject"], points)
     ok = mean <= TRE_MEAN_LIMIT_MM and worst <= TRE_MAX_LIMIT_MM
     return Verdict(subject_id, "registration within bounds", ok,
                    f"TRE mean {mean:.3f} mm (<= {TRE_MEAN_LIMIT_MM}), "

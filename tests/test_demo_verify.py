@@ -8,11 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mriprep.demo_verify import (
-    brain_points_mm,
-    target_registration_error,
-    verify_demo_run,
-)
+from mriprep.demo_verify import target_registration_error, verify_demo_run
+from mriprep.registration.template import template_brain_points as brain_points_mm
 
 
 def _perfect_results(truth):

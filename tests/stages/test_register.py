@@ -13,15 +13,14 @@ import SimpleITK as sitk
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import get_stage
-from mriprep.stages.register import (
+from mriprep.registration.geometry import (
     RAS_TO_LPS,
-    RegisterParams,
     matrix_from_sitk,
-    register_volume,
     target_registration_error,
-    template_brain_points,
     to_sitk_transform,
 )
+from mriprep.registration.template import template_brain_points
+from mriprep.stages.register import RegisterParams, register_volume
 from mriprep.templates import load_template
 from mriprep.volume import PendingTransform, Volume
 

@@ -1,0 +1,16 @@
+"""Rigid registration to a template: the library code behind the register stage.
+
+The stage (:mod:`mriprep.stages.register`) holds the parameters, the result record and
+the order of the steps; the work is done here, one topic per module:
+
+* :mod:`~mriprep.registration.geometry`: RAS+ (nibabel) <-> LPS (ITK, ANTs) matrices,
+  transforms and images, and the target registration error;
+* :mod:`~mriprep.registration.pyramid`: isotropic resolution levels built by normalised
+  convolution, bias-field flattening, centres of mass;
+* :mod:`~mriprep.registration.template`: the template's brain mask, brain points and
+  pyramid, built once per process;
+* :mod:`~mriprep.registration.backend`: what every backend receives and returns;
+* :mod:`~mriprep.registration.sitk_backend`, :mod:`~mriprep.registration.ants_backend`:
+  the two optimisers;
+* :mod:`~mriprep.registration.quality`: the post-registration similarity check.
+"""

@@ -1,0 +1,26 @@
+"""What a registration backend receives and returns.
+
+A backend is a function ``(fixed, moving, initial_lps, centre_lps, params) ->
+BackendResult``: ``fixed`` and ``moving`` are the template's and the subject's pyramid
+levels (coarse to fine, same spacings), ``initial_lps`` the starting template-to-subject
+4x4 and ``centre_lps`` the rotation centre, both in LPS, and ``params`` the stage's
+:class:`~mriprep.stages.register.RegisterParams`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class BackendResult:
+    """The transform a backend found (LPS, template to subject) and how it got there."""
+
+    transform_lps: np.ndarray
+    metric_value: float
+    stop_condition: str
+    iterations: list[int]
+    details: dict[str, Any] = field(default_factory=dict)
