@@ -60,6 +60,24 @@ class Finding:
         }
 
 
+class FindingsMixin:
+    """``errors``, ``warnings`` and ``ok`` of a report holding a ``findings`` list."""
+
+    findings: list[Finding]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
 @dataclass(frozen=True)
 class SplitItem:
     """One scan as the split checks see it: a cache entry or a manifest row.
@@ -388,7 +406,7 @@ def _verify_pairs(vectors: np.ndarray, candidates: np.ndarray, threshold: float)
 
 
 @dataclass
-class SplitsReport:
+class SplitsReport(FindingsMixin):
     """What :func:`check_manifest_splits` found; ``ok`` when no finding is an error."""
 
     manifest: str
@@ -397,17 +415,6 @@ class SplitsReport:
     splits: dict[str, dict[str, int]] = field(default_factory=dict)
     files_hashed: int = 0
 
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "warning"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
-from mriprep.splits import Finding
+from mriprep.splits import Finding, FindingsMixin
 
 if TYPE_CHECKING:
     from mriprep.integrity.entries import EntryScan
@@ -53,7 +53,7 @@ class SplitSummary:
 
 
 @dataclass
-class CheckReport:
+class CheckReport(FindingsMixin):
     """Everything :func:`mriprep.check.check_cache` found; ``ok`` when no finding is an error."""
 
     cache: str
@@ -66,17 +66,6 @@ class CheckReport:
     seconds: float = 0.0
     near_duplicate_search: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "warning"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
 
     @property
     def read_mb_per_s(self) -> float:
