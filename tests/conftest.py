@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from mriprep.runner import RunResult
 
 # Heavy libraries get one thread each: the CI machine has two cores and the tests must
 # stay deterministic whatever the machine.
@@ -18,3 +24,35 @@ def demo_cohort(tmp_path_factory):
     from mriprep.demo import build_demo_cohort
 
     return build_demo_cohort(tmp_path_factory.mktemp("demo_cohort"), n_subjects=12, seed=0)
+
+
+@dataclass(frozen=True)
+class DemoCache:
+    """The demo cohort preprocessed by the default pipeline: the cache folder and the run."""
+
+    path: Path
+    run: "RunResult"
+
+
+@pytest.fixture(scope="session")
+def demo_cache(demo_cohort, tmp_path_factory) -> DemoCache:
+    """The demo cohort through ``t1w_mni_rigid`` (the default pipeline), run once.
+
+    This is what ``make demo`` preprocesses: the planted broken subjects fail, the rest
+    are cached, and the planted leak (sub-11, a copy of sub-01 in another split) is in
+    the cache. The run takes about 100 s, so the whole session shares it: tests only read
+    it, and a test that changes a cache changes a clone (``tests/cache_clone.py``).
+    """
+    from mriprep.pipeline import load_pipeline
+    from mriprep.runner import run_cohort, tasks_from_manifest
+
+    root = tmp_path_factory.mktemp("demo_cache") / "cache"
+    run = run_cohort(
+        tasks_from_manifest(demo_cohort.manifest),
+        root,
+        load_pipeline("t1w_mni_rigid"),
+        scheduler="processes",
+        workers=2,
+        manifest=demo_cohort.manifest,
+    )
+    return DemoCache(path=root, run=run)

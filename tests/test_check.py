@@ -1,8 +1,12 @@
 """Tests of `mriprep check`: a clean cache passes, and every corruption is named.
 
-Caches are built with the real cache API from MNI152-derived volumes (the template at
-4 mm, each subject a distinct smooth intensity modulation of it; labels from the
-template's GM/WM probability maps). Each test corrupts its own copy.
+Two kinds of cache. The demo cache (the session's ``demo_cache``: the demo cohort through
+the default pipeline, as ``make demo`` makes it) carries the acceptance tests: a clean
+clone passes, and each corruption of issue 7 makes ``mriprep check`` exit 1 and name the
+entry. Small caches written with the real cache API from MNI152-derived volumes (the
+template at 4 mm, each subject a distinct smooth intensity modulation of it; labels from
+the template's GM/WM probability maps) cover every other finding quickly; each of those
+tests corrupts its own copy.
 """
 
 from __future__ import annotations
@@ -20,7 +24,18 @@ from scipy import ndimage
 from mriprep import check as chk
 from mriprep.cache import Cache, checksum_file
 from mriprep.cli import main as cli_main
+from mriprep.pipeline import load_pipeline
+from mriprep.runner import run_cohort, tasks_from_manifest
 from mriprep.templates import load_mni152_tissue, load_template
+
+from cache_clone import (
+    clone_cache,
+    file_checksums,
+    relabel_entry,
+    replace_array,
+    replace_bytes,
+    shares_inode,
+)
 
 PIPELINE_A = hashlib.sha256(b"t1w-mni v1").hexdigest()
 PIPELINE_B = hashlib.sha256(b"t1w-mni v2 other params").hexdigest()
@@ -196,45 +211,6 @@ def test_clean_cache_passes_with_split_summaries(pristine, anatomy):
 # -- corruption, one kind per test -----------------------------------------------------
 
 
-def test_flipped_byte_in_tensor_is_a_checksum_error(cache_copy):
-    cache, keys = cache_copy
-    key = keys[("sub-03", "")]
-    path = cache.tensor_path(key, "image")
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01  # a low mantissa bit: the value stays finite
-    path.write_bytes(bytes(data))
-    report = chk.check_cache(cache.root)
-    assert not report.ok
-    [finding] = report.errors
-    assert finding.code == "checksum-mismatch"
-    assert finding.keys == (key,) and finding.subjects == ("sub-03",)
-    assert "image.npy" in finding.message and key[:12] in finding.message
-
-
-def test_deleted_tensor_file_is_reported(cache_copy):
-    cache, keys = cache_copy
-    key = keys[("sub-05", "")]
-    cache.tensor_path(key, "valid").unlink()
-    report = chk.check_cache(cache.root)
-    [finding] = report.errors
-    assert finding.code == "file-missing"
-    assert finding.keys == (key,)
-    assert "valid.npy is missing" in finding.message and "sub-05" in finding.message
-
-
-def test_entry_from_another_pipeline_is_reported(cache_copy, anatomy):
-    cache, keys = cache_copy
-    other = write_subject(
-        cache, anatomy, "sub-09", "", "test", subject_image(anatomy, 99), pipeline_hash=PIPELINE_B
-    )
-    report = chk.check_cache(cache.root)
-    [finding] = report.errors
-    assert finding.code == "pipeline-mismatch"
-    assert finding.keys == (other,) and finding.subjects == ("sub-09",)
-    assert PIPELINE_B[:12] in finding.message and PIPELINE_A[:12] in finding.message
-    assert report.pipeline_hashes == {PIPELINE_A: len(COHORT), PIPELINE_B: 1}
-
-
 def test_pipeline_tie_reports_every_group(tmp_path, anatomy):
     cache = Cache(tmp_path / "c", create=True)
     a = write_subject(cache, anatomy, "a", "", "train", subject_image(anatomy, 1))
@@ -244,32 +220,6 @@ def test_pipeline_tie_reports_every_group(tmp_path, anatomy):
     report = chk.check_cache(cache.root)
     assert [f.keys for f in findings_of(report, "pipeline-mismatch")] == [(a,), (b,)]
     assert "mixes 2 pipelines" in report.errors[0].message
-
-
-def test_subject_in_train_and_test_is_a_leak(cache_copy, anatomy):
-    cache, keys = cache_copy
-    leaked = write_subject(cache, anatomy, "sub-01", "ses-3", "test", subject_image(anatomy, 50))
-    report = chk.check_cache(cache.root)
-    [finding] = report.errors
-    assert finding.code == "subject-split-leak"
-    assert finding.subjects == ("sub-01",)
-    assert set(finding.keys) == {keys[("sub-01", "ses-1")], keys[("sub-01", "ses-2")], leaked}
-    assert "test: ses-3" in finding.message and "train: ses-1, ses-2" in finding.message
-
-
-def test_same_image_under_two_ids_in_two_splits(cache_copy, anatomy):
-    cache, keys = cache_copy
-    original = keys[("sub-03", "")]
-    sha = Cache(cache.root).read_index()[original]["inputs"]["image"]["sha256"]
-    image = np.load(cache.tensor_path(original, "image"))
-    copy = write_subject(cache, anatomy, "sub-99", "", "test", image, input_sha=sha)
-    report = chk.check_cache(cache.root)
-    [finding] = report.errors  # the tensor duplicate is the same group: reported once
-    assert finding.code == "duplicate-input"
-    assert set(finding.keys) == {original, copy}
-    assert set(finding.subjects) == {"sub-03", "sub-99"}
-    assert "(train)" in finding.message and "(test)" in finding.message
-    assert not findings_of(report, "near-duplicate")
 
 
 def test_identical_tensor_from_different_input_files(cache_copy, anatomy):
@@ -282,21 +232,6 @@ def test_identical_tensor_from_different_input_files(cache_copy, anatomy):
     [finding] = report.errors
     assert finding.code == "duplicate-tensor"
     assert set(finding.keys) == {original, copy}
-
-
-def test_nan_written_into_tensor_is_reported(cache_copy):
-    cache, keys = cache_copy
-    key = keys[("sub-07", "")]
-    path = cache.tensor_path(key, "image")
-    image = np.load(path)
-    image[10, 20, 30] = np.nan
-    rewrite_array(path, image)
-    report = chk.check_cache(cache.root)
-    codes = {f.code for f in report.errors}
-    assert codes == {"non-finite", "checksum-mismatch"}
-    [nan] = findings_of(report, "non-finite")
-    assert nan.keys == (key,)
-    assert "1 NaN" in nan.message and "(10, 20, 30)" in nan.message
 
 
 def test_nan_with_recomputed_checksums_is_still_reported(cache_copy):
@@ -582,26 +517,6 @@ def test_scan_reports_fortran_order_and_counts_labels(tmp_path, anatomy):
 # -- command line ----------------------------------------------------------------------
 
 
-def test_cli_clean_cache_exits_0_with_table(pristine, capsys):
-    root, _ = pristine
-    assert cli_main(["check", str(root)]) == 0
-    out = capsys.readouterr().out
-    assert "OK: 0 error(s), 0 warning(s)" in out
-    assert any(line.startswith("train") and " 5 " in line for line in out.splitlines())
-
-
-def test_cli_problem_exits_1_with_json(cache_copy, capsys):
-    cache, keys = cache_copy
-    key = keys[("sub-03", "")]
-    cache.tensor_path(key, "image").unlink()
-    assert cli_main(["check", str(cache.root), "--json"]) == 1
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["ok"] is False and doc["errors"] == 1
-    [finding] = doc["findings"]
-    assert finding["code"] == "file-missing" and finding["keys"] == [key]
-    assert set(doc["splits"]) == {"train", "val", "test"}
-
-
 def test_cli_strict_fails_on_warnings_and_labels_option(cache_copy, anatomy, capsys):
     cache, keys = cache_copy
     image = np.load(cache.tensor_path(keys[("sub-05", "")], "image"))
@@ -638,3 +553,192 @@ def test_cli_manifest_option_reads_a_real_manifest(cache_copy, tmp_path, capsys)
     assert missing["code"] == "manifest-missing" and missing["subjects"] == ["sub-42"]
     assert cli_main(["check", str(cache.root), "--manifest", str(tmp_path / "none.csv")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# -- the demo cache: the default pipeline's output on the demo cohort ---------------------
+#
+# These tests run on the session's demo cache (see ``demo_cache`` in conftest.py). It
+# holds the planted leak (a copy of one subject's scan under another id, in another
+# split); ``demo_clean`` is a clone without it, which each test corrupts one way. Clones
+# hard-link the tensors, so every corruption replaces the file it changes (see
+# tests/cache_clone.py), and the last test proves that the demo cache is as it was.
+
+TIMING_KEYS = ("bytes_read", "read_seconds", "read_mb_per_s", "seconds", "near_duplicate_search")
+
+
+def planted_leak(demo_cohort) -> tuple[str, str]:
+    """(copy, original): the subject that is a copy of another subject's scan."""
+    return next(
+        (sid, defect["copy_of"])
+        for sid, subject in demo_cohort.subjects.items()
+        for defect in subject["defects"]
+        if defect["kind"] == "leak"
+    )
+
+
+def subject_keys(root) -> dict[str, str]:
+    return {ref.subject_id: ref.key for ref in Cache(root).entries()}
+
+
+def timeless(report_json: dict) -> dict:
+    return {k: v for k, v in report_json.items() if k not in TIMING_KEYS}
+
+
+def cli_check(root, capsys, *options) -> tuple[int, dict]:
+    """``mriprep check ROOT --json [options]``: its exit status and its report."""
+    capsys.readouterr()
+    status = cli_main(["check", str(root), "--json", *options])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def errors_of(doc: dict) -> list[dict]:
+    return [f for f in doc["findings"] if f["severity"] == "error"]
+
+
+@pytest.fixture(scope="module")
+def demo_baseline(demo_cache):
+    """Checksums of the demo cache's files and its check report, before any test runs."""
+    return file_checksums(demo_cache.path), timeless(chk.check_cache(demo_cache.path).to_json())
+
+
+@pytest.fixture
+def demo_clean(demo_cache, demo_cohort, demo_baseline, tmp_path) -> Cache:
+    """A clone of the demo cache without the planted leak: a sound cache to corrupt."""
+    copy, _ = planted_leak(demo_cohort)
+    return clone_cache(demo_cache.path, tmp_path / "cache", drop_subjects=[copy])
+
+
+@pytest.mark.slow
+def test_demo_cache_without_the_leak_passes(demo_clean, demo_cache, demo_cohort, capsys):
+    copy, _ = planted_leak(demo_cohort)
+    entries = Cache(demo_cache.path).read_index()
+    clone_index = demo_clean.read_index()
+    assert sorted(clone_index) == sorted(k for k, s in entries.items() if s["subject_id"] != copy)
+    # The clone is cheap because it shares the demo cache's tensor files.
+    for key, summary in clone_index.items():
+        for name in summary["files"]:
+            assert shares_inode(
+                demo_clean.tensor_path(key, name), Cache(demo_cache.path).tensor_path(key, name)
+            )
+    capsys.readouterr()
+    assert cli_main(["check", str(demo_clean.root)]) == 0
+    out = capsys.readouterr().out
+    assert "OK: 0 error(s)" in out
+    cached = {r["subject_id"]: r["split"] for r in demo_cache.run.results
+              if r["status"] == "cached" and r["subject_id"] != copy}
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.split()[:1] in (["train"], ["val"], ["test"])}
+    for split in ("train", "val", "test"):
+        assert int(rows[split][1]) == sum(s == split for s in cached.values())
+
+
+@pytest.mark.slow
+def test_demo_flipped_byte_in_a_tensor(demo_clean, capsys):
+    key = subject_keys(demo_clean.root)["sub-03"]
+    path = demo_clean.tensor_path(key, "image")
+    image = np.load(path, mmap_mode="r")
+    # The lowest byte of the middle voxel (little-endian float32): the value stays finite.
+    offset = image.offset + image.itemsize * (image.size // 2)
+    del image
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    replace_bytes(path, bytes(data))
+    status, doc = cli_check(demo_clean.root, capsys)
+    assert status == 1
+    [finding] = errors_of(doc)
+    assert finding["code"] == "checksum-mismatch"
+    assert finding["keys"] == [key] and finding["subjects"] == ["sub-03"]
+    assert "image.npy" in finding["message"] and key[:12] in finding["message"]
+
+
+@pytest.mark.slow
+def test_demo_deleted_tensor_file(demo_clean, capsys):
+    key = subject_keys(demo_clean.root)["sub-06"]
+    demo_clean.tensor_path(key, "valid").unlink()
+    status, doc = cli_check(demo_clean.root, capsys)
+    assert status == 1
+    [finding] = errors_of(doc)
+    assert finding["code"] == "file-missing"
+    assert finding["keys"] == [key] and finding["subjects"] == ["sub-06"]
+    assert "valid.npy is missing" in finding["message"] and "sub-06" in finding["message"]
+
+
+@pytest.mark.slow
+def test_demo_entry_from_a_different_pipeline(demo_clean, demo_cache, demo_cohort, capsys):
+    # sub-06 preprocessed again, by the conform pipeline, into the same cache.
+    [task] = [t for t in tasks_from_manifest(demo_cohort.manifest) if t.subject_id == "sub-06"]
+    conform = run_cohort([task], demo_clean.root, load_pipeline("conform_1mm"), scheduler="sync")
+    assert conform.counts()["cached"] == 1
+    key = conform.results[0]["key"]
+    status, doc = cli_check(demo_clean.root, capsys)
+    assert status == 1
+    [finding] = errors_of(doc)
+    assert finding["code"] == "pipeline-mismatch"
+    assert finding["keys"] == [key] and finding["subjects"] == ["sub-06"]
+    default = demo_cache.run.pipeline.hash
+    assert f"conform_1mm {conform.pipeline.hash[:12]}" in finding["message"]
+    assert f"{default[:12]} (t1w_mni_rigid)" in finding["message"]
+    cached = len(demo_clean.read_index())
+    assert doc["pipeline_hashes"] == {default: cached - 1, conform.pipeline.hash: 1}
+    # Fingerprints of another pipeline's grid must not make distinct subjects look alike.
+    assert not [f for f in doc["findings"] if f["code"] == "near-duplicate"]
+
+
+@pytest.mark.slow
+def test_demo_subject_in_train_and_test(demo_clean, capsys):
+    keys = subject_keys(demo_clean.root)
+    # A manifest that gives sub-12's scan (test) as a second session of sub-01 (train).
+    second = relabel_entry(demo_clean, keys["sub-12"], "sub-01", "ses-2", "test")
+    status, doc = cli_check(demo_clean.root, capsys)
+    assert status == 1
+    [finding] = errors_of(doc)
+    assert finding["code"] == "subject-split-leak"
+    assert finding["subjects"] == ["sub-01"]
+    assert set(finding["keys"]) == {keys["sub-01"], second}
+    assert "test: ses-2" in finding["message"] and "train: (no session)" in finding["message"]
+
+
+@pytest.mark.slow
+def test_demo_planted_leak_same_image_under_two_ids(demo_cache, demo_cohort, demo_baseline,
+                                                    capsys):
+    copy, original = planted_leak(demo_cohort)
+    keys = subject_keys(demo_cache.path)
+    status, doc = cli_check(demo_cache.path, capsys, "--manifest", str(demo_cohort.manifest))
+    assert status == 1
+    [finding] = errors_of(doc)  # the identical tensors are the same group: reported once
+    assert finding["code"] == "duplicate-input"
+    assert set(finding["subjects"]) == {copy, original}
+    assert set(finding["keys"]) == {keys[copy], keys[original]}
+    splits = {demo_cohort.subjects[s]["split"] for s in (copy, original)}
+    assert all(f"({split})" in finding["message"] for split in splits)
+    assert not any(f["code"] == "near-duplicate" and set(f["subjects"]) == {copy, original}
+                   for f in doc["findings"])
+    # The subjects that failed in the run are listed with the run's reason, not as missing.
+    failed = {r["subject_id"]: r["reason"] for r in demo_cache.run.failed}
+    listed = [f for f in doc["findings"] if f["code"] == "manifest-failed"]
+    assert sorted(s for f in listed for s in f["subjects"]) == sorted(failed)
+    for f in listed:
+        assert failed[f["subjects"][0]][:40] in f["message"]
+
+
+@pytest.mark.slow
+def test_demo_nan_written_into_a_tensor(demo_clean, capsys):
+    key = subject_keys(demo_clean.root)["sub-07"]
+    path = demo_clean.tensor_path(key, "image")
+    image = np.load(path)
+    image[98, 116, 94] = np.nan
+    replace_array(path, image)
+    status, doc = cli_check(demo_clean.root, capsys)
+    assert status == 1
+    assert {f["code"] for f in errors_of(doc)} == {"non-finite", "checksum-mismatch"}
+    [nan] = [f for f in doc["findings"] if f["code"] == "non-finite"]
+    assert nan["keys"] == [key] and nan["subjects"] == ["sub-07"]
+    assert "1 NaN" in nan["message"] and "(98, 116, 94)" in nan["message"]
+
+
+@pytest.mark.slow
+def test_demo_cache_is_untouched_by_the_corrupted_clones(demo_cache, demo_baseline):
+    """Runs last in this module: every clone above shared the demo cache's tensor files."""
+    checksums, report = demo_baseline
+    assert file_checksums(demo_cache.path) == checksums
+    assert timeless(chk.check_cache(demo_cache.path).to_json()) == report

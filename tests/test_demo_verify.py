@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mriprep.demo_verify import target_registration_error, verify_demo_run
+from mriprep.check import check_cache
+from mriprep.demo_verify import format_verdicts, target_registration_error, verify_demo_run
 from mriprep.registration.template import template_brain_points as brain_points_mm
 
 
@@ -99,3 +100,16 @@ def test_registration_error_of_a_pure_translation_is_its_length():
     shift[:3, 3] = [0.3, 0.4, 0.0]
     errors = target_registration_error(shift, np.eye(4), points)
     np.testing.assert_allclose(errors, 0.5)
+
+
+@pytest.mark.slow
+def test_the_demo_run_meets_every_expectation_of_the_ground_truth(demo_cohort, demo_cache):
+    """What `make demo` asserts, on the session's run of the default pipeline."""
+    report = check_cache(demo_cache.path, manifest=demo_cohort.manifest)
+    verdicts = verify_demo_run(demo_cohort.truth, demo_cache.run.results, report.findings)
+    assert all(v.ok for v in verdicts), format_verdicts(verdicts)
+    checked = {v.subject_id for v in verdicts}
+    assert checked == set(demo_cohort.subjects)
+    registered = [v for v in verdicts if v.expectation == "registration within bounds"]
+    assert len(registered) == sum(s["expected"] != "fail" for s in demo_cohort.subjects.values())
+    assert any(v.expectation.startswith("leak of") for v in verdicts)

@@ -40,6 +40,8 @@ from mriprep.runner import (
 from mriprep.stages import StageOutput, stage
 from mriprep.templates import load_mni152_tissue, load_template
 
+from cache_clone import clone_cache
+
 TESTS_DIR = Path(__file__).resolve().parent
 BIN_DIR = Path(sys.executable).parent
 # A child process that registers this module's stages, then runs the mriprep CLI.
@@ -479,7 +481,8 @@ def test_quality_stages_of_mriprep_through_the_runner(cohort, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_pipeline_over_the_demo_cohort(demo_cohort, tmp_path, capsys):
+def test_default_pipeline_over_the_demo_cohort(demo_cohort, demo_cache, tmp_path, capsys):
+    """The session's demo cache is this run: the default pipeline, 2 worker processes."""
     import SimpleITK as sitk
 
     from mriprep.stages.register import (
@@ -488,9 +491,10 @@ def test_default_pipeline_over_the_demo_cohort(demo_cohort, tmp_path, capsys):
         template_brain_points,
     )
 
-    cache_root = tmp_path / "cache"
-    argv = ["run", str(demo_cohort.manifest), "-o", str(cache_root), "--workers", "2"]
-    assert main(argv) == 1
+    cache_root = demo_cache.path
+    assert demo_cache.run.exit_code == 1
+    assert demo_cache.run.pipeline.name == "t1w_mni_rigid"
+    assert (demo_cache.run.scheduler, demo_cache.run.workers) == ("processes", 2)
     truth = demo_cohort.subjects
     doc = json.loads((cache_root / "reports" / "latest.json").read_text())
     rows = {r["subject_id"]: r for r in doc["subjects"]}
@@ -516,6 +520,10 @@ def test_default_pipeline_over_the_demo_cohort(demo_cohort, tmp_path, capsys):
             np.asarray(meta["template_to_subject"]),
             np.asarray(truth[ref.subject_id]["template_to_subject"]), points)
         assert mean_mm < 1.0, ref.subject_id
+    # The rerun goes through the CLI, on a clone: the session's demo cache stays as the
+    # first run left it for the other tests.
+    clone = clone_cache(cache_root, tmp_path / "cache")
+    argv = ["run", str(demo_cohort.manifest), "-o", str(clone.root), "--workers", "2"]
     capsys.readouterr()
     assert main(argv + ["--json"]) == 1
     counts = json.loads(capsys.readouterr().out)["counts"]

@@ -297,18 +297,35 @@ def _check_near_duplicates(
     info: dict[str, Any],
 ) -> list[Finding]:
     """Warnings for near-duplicate images under two subject ids, except pairs already
-    reported as identical (``exact_groups``)."""
-    keys = sorted(k for k, f in fingerprints.items() if k in index and f is not None)
-    if len(keys) < 3:
-        info.update(method="skipped", reason="fewer than 3 fingerprints", entries=len(keys))
+    reported as identical (``exact_groups``).
+
+    Fingerprints are compared only within one pipeline and grid: they are centred on their
+    group's mean, and one entry from another pipeline would move that mean so far that
+    every other pair would look alike.
+    """
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for key in sorted(k for k, f in fingerprints.items() if k in index and f is not None):
+        summary = index[key]
+        groups[(summary.get("pipeline_hash"), tuple(summary.get("shape") or ()))].append(key)
+    searched = [keys for keys in groups.values() if len(keys) >= 3]
+    if not searched:
+        info.update(method="skipped", reason="fewer than 3 fingerprints per pipeline and grid",
+                    entries=sum(len(k) for k in groups.values()))
         return []
-    matrix = np.stack([fingerprints[k] for k in keys])
     start = time.perf_counter()
-    pairs = find_near_duplicates(matrix, threshold, method=method, info=info)
+    pairs = []
+    for keys in searched:
+        group_info: dict[str, Any] = {}
+        matrix = np.stack([fingerprints[k] for k in keys])
+        for i, j, corr in find_near_duplicates(matrix, threshold, method=method,
+                                               info=group_info):
+            pairs.append((keys[i], keys[j], corr))
+        if len(keys) == max(len(k) for k in searched):
+            info.update(group_info)
+    info["groups"] = len(searched)
     info["seconds"] = round(time.perf_counter() - start, 4)
     findings = []
-    for i, j, corr in pairs:
-        a, b = keys[i], keys[j]
+    for a, b, corr in pairs:
         sa, sb = index[a], index[b]
         if sa["subject_id"] == sb["subject_id"] or any({a, b} <= g for g in exact_groups):
             continue
