@@ -12,11 +12,15 @@ asserted; the rows are printed and returned.
    under 10%).
 3. Per subject, side by side in the same process: the conform pipeline (every quality
    stage, 1 mm, 256^3, cache write) against the equivalent MONAI chain (LoadImaged,
-   EnsureChannelFirstd, Orientationd, Spacingd to 1 mm, NormalizeIntensityd,
-   PersistentDataset writing its cache).
+   EnsureChannelFirstd, Orientationd to the pipeline's orientation, Spacingd to 1 mm,
+   NormalizeIntensityd, ResizeWithPadOrCropd to the pipeline's grid when it fixes one
+   (256^3 for conform_1mm: both write the same grid), PersistentDataset writing its
+   cache). Both run on one thread: ITK, BLAS and OpenMP pools through
+   ``configure_threads(1)``, torch through ``torch.set_num_threads(1)``; each row says so.
+   Each row also gives mriprep's seconds per stage (``load`` included).
 
 Run: ``python benchmarks/bench_runner.py [--subjects 12] [--workers 1,2]
-[--pipeline t1w_mni_rigid] [--no-monai] [--json]``.
+[--pipeline t1w_mni_rigid] [--no-monai] [--compare-only] [--json]``.
 """
 
 from __future__ import annotations
@@ -37,12 +41,12 @@ from mriprep.errors import MriprepError
 from mriprep.pipeline import Pipeline, load_pipeline
 from mriprep.runner import (
     SubjectTask,
-    configure_threads,
     process_subject,
     run_cohort,
     run_stages,
     tasks_from_manifest,
 )
+from mriprep.scheduling import configure_threads
 
 GOALS = {"speedup": 1.7, "peak_rss_mb": 2048.0, "overhead": 0.10}
 
@@ -141,35 +145,42 @@ def measure_overhead(
 # -- 3. conform vs MONAI ---------------------------------------------------------------
 
 
-def monai_transform(with_label: bool):
-    """The MONAI chain equivalent to the conform pipeline's geometry and intensity."""
+def monai_transform(with_label: bool, orientation: str = "RAS",
+                    shape: tuple[int, int, int] | None = None):
+    """The MONAI chain equivalent to the conform pipeline's geometry and intensity:
+    the same orientation, 1 mm spacing and, when ``shape`` is given, the same grid."""
     from monai.transforms import (
         Compose,
         EnsureChannelFirstd,
         LoadImaged,
         NormalizeIntensityd,
         Orientationd,
+        ResizeWithPadOrCropd,
         Spacingd,
     )
 
     keys = ["image", "label"] if with_label else ["image"]
     modes = ("bilinear", "nearest") if with_label else ("bilinear",)
-    return Compose([
+    steps = [
         LoadImaged(keys=keys, image_only=True),
         EnsureChannelFirstd(keys=keys),
-        Orientationd(keys=keys, axcodes="RAS"),
+        Orientationd(keys=keys, axcodes=orientation),
         Spacingd(keys=keys, pixdim=(1.0, 1.0, 1.0), mode=modes),
         NormalizeIntensityd(keys="image", nonzero=True),
-    ])
+    ]
+    if shape is not None:
+        steps.append(ResizeWithPadOrCropd(keys=keys, spatial_size=tuple(shape)))
+    return Compose(steps)
 
 
-def monai_seconds(task: SubjectTask, cache_dir: Path) -> float:
+def monai_seconds(task: SubjectTask, cache_dir: Path, orientation: str = "RAS",
+                  shape: tuple[int, int, int] | None = None) -> float:
     """One subject through MONAI's PersistentDataset: transform and write its cache."""
     from monai.data import PersistentDataset
 
     item = {"image": task.image} | ({"label": task.label} if task.label else {})
-    dataset = PersistentDataset([item], transform=monai_transform(bool(task.label)),
-                                cache_dir=cache_dir)
+    transform = monai_transform(bool(task.label), orientation, shape)
+    dataset = PersistentDataset([item], transform=transform, cache_dir=cache_dir)
     start = time.perf_counter()
     dataset[0]
     return time.perf_counter() - start
@@ -181,38 +192,54 @@ def measure_conform_vs_monai(
     """Per subject: mriprep's conform pipeline (with cache write) beside MONAI's chain."""
     import torch
 
+    # The same single thread for both sides: mriprep's ITK/BLAS/OpenMP pools and torch's.
     configure_threads(1)
     torch.set_num_threads(1)
+    reorient, resample = pipeline.params_of("reorient"), pipeline.params_of("resample")
+    orientation = reorient.orientation if reorient is not None else "RAS"
+    shape = resample.shape if resample is not None and pipeline.params_of("register") is None \
+        else None
     cache_root = str(Cache(fresh(work_dir / "conform"), create=True).root)
     # Warm-up on the first subject: imports and first-call costs are not per-subject work.
     process_subject(tasks[0], pipeline, cache_root, force=True)
-    monai_seconds(tasks[0], fresh(work_dir / "monai-warmup"))
+    monai_seconds(tasks[0], fresh(work_dir / "monai-warmup"), orientation, shape)
     rows = []
     for task in tasks:
         result = process_subject(task, pipeline, cache_root, force=True)
         try:
-            monai = round(monai_seconds(task, fresh(work_dir / f"monai-{task.subject_id}")), 3)
+            monai = round(monai_seconds(task, fresh(work_dir / f"monai-{task.subject_id}"),
+                                        orientation, shape), 3)
         except Exception as exc:  # noqa: BLE001 - MONAI's own error for a broken scan
             monai = f"failed: {type(exc).__name__}"
+        stage_s = {name: round(m.get("seconds") or 0.0, 3)
+                   for name, m in result["metrics"].items()}
         rows.append({
             "benchmark": "conform_vs_monai",
             "subject_id": task.subject_id,
             "mriprep_status": result["status"],
             "mriprep_s": result["seconds"],
             # load + stages alone; the rest is hashing, the cache write and checksums
-            "mriprep_stages_s": round(sum(m.get("seconds") or 0.0
-                                          for m in result["metrics"].values()), 3),
+            "mriprep_stages_s": round(sum(stage_s.values()), 3),
+            "mriprep_stage_s": stage_s,
             "monai_s": monai,
             "ratio": round(result["seconds"] / monai, 3)
             if result["status"] == "cached" and isinstance(monai, float) else None,
+            "threads": {"mriprep": 1, "torch": torch.get_num_threads()},
+            "monai_grid": f"{orientation}, 1 mm" + (f", {shape}" if shape else ""),
         })
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
     if ratios:
         both = [r for r in rows if r["ratio"] is not None]
+        stages = [name for name in both[0]["mriprep_stage_s"]]
         rows.append({
             "benchmark": "conform_vs_monai_median",
             "subjects": len(ratios),
             "mriprep_s": round(statistics.median(r["mriprep_s"] for r in both), 3),
+            "mriprep_stage_s": {
+                name: round(statistics.median(r["mriprep_stage_s"].get(name, 0.0)
+                                              for r in both), 3)
+                for name in stages
+            },
             "monai_s": round(statistics.median(r["monai_s"] for r in both), 3),
             "ratio": round(statistics.median(ratios), 3),
             "goal": 1.0,
@@ -230,6 +257,7 @@ def run(
     compare_pipeline: str = "conform_1mm",
     monai: bool = True,
     work_dir: str | Path | None = None,
+    compare_only: bool = False,
 ) -> list[dict[str, Any]]:
     """Build the demo cohort and run every measurement; return one dict per row."""
     from mriprep.demo import build_demo_cohort, load_demo_cohort
@@ -242,10 +270,12 @@ def run(
         else:
             cohort = build_demo_cohort(root / "cohort", n_subjects=n_subjects, seed=0)
         tasks = tasks_from_manifest(cohort.manifest)
-        main_pipeline = load_pipeline(pipeline)
-        rows = measure_scaling(tasks, main_pipeline, root, workers)
-        rows += measure_overhead(tasks, main_pipeline, root)
-        if monai:
+        rows = []
+        if not compare_only:
+            main_pipeline = load_pipeline(pipeline)
+            rows += measure_scaling(tasks, main_pipeline, root, workers)
+            rows += measure_overhead(tasks, main_pipeline, root)
+        if monai or compare_only:
             rows += measure_conform_vs_monai(tasks, load_pipeline(compare_pipeline), root)
         return rows
 
@@ -264,11 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-pipeline", default="conform_1mm",
                         help="pipeline to set beside MONAI")
     parser.add_argument("--no-monai", action="store_true", help="skip the MONAI comparison")
+    parser.add_argument("--compare-only", action="store_true",
+                        help="run only the conform-vs-MONAI comparison")
     parser.add_argument("--work-dir", help="keep the cohort and caches here")
     parser.add_argument("--json", action="store_true", help="print rows as JSON lines")
     args = parser.parse_args(argv)
     rows = run(args.subjects, args.workers, args.pipeline, args.compare_pipeline,
-               not args.no_monai, args.work_dir)
+               not args.no_monai, args.work_dir, args.compare_only)
     for row in rows:
         if args.json:
             print(json.dumps(row))

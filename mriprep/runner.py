@@ -7,24 +7,9 @@ only a small result dict goes back. The task never raises into the scheduler: a 
 scan comes back as ``status="failed"`` with the stage and the reason, and the rest of the
 cohort completes.
 
-Schedulers
-----------
-``processes`` (default)
-    A ``dask.distributed.LocalCluster`` of single-threaded worker processes, one per
-    core. Chosen over dask's multiprocessing scheduler because a worker that dies (a
-    segfault in a native library, the OOM killer) costs only the subject it was running,
-    reported as a failure, where a broken multiprocessing pool aborts the whole run; and
-    because it is the same code path as a remote cluster.
-``threads`` / ``sync``
-    dask's local threaded or single-threaded scheduler in this process (debugging, or
-    machines where spawning processes is not allowed).
-``tcp://HOST:PORT`` (any address with ``://``)
-    A running ``dask.distributed`` scheduler (``dask scheduler`` + ``dask worker``,
-    dask-jobqueue on SLURM). The workers need mriprep installed and the input files and
-    cache folder at the same paths.
-
-Every worker pins ITK, ANTs and BLAS to a fixed thread count (1 by default): parallelism
-comes from subjects, and a fixed count keeps registration reproducible.
+The scheduler (a private LocalCluster of worker processes by default, dask's threaded or
+synchronous scheduler, or a running cluster's address) and the pinned thread pools of the
+workers are set up by :mod:`mriprep.scheduling`.
 
 Index
 -----
@@ -35,23 +20,15 @@ other inputs or parameters.
 
 Reports
 -------
-After a run, ``CACHE/reports/latest.json`` and ``latest.csv`` (and a timestamped copy of
-each) list every subject of the manifest with ``status`` ("cached": computed and written
-now; "skipped": a verified entry already existed; "failed"), the failing ``stage`` and
-``reason``, the entry ``key``, the ``seconds`` taken and every stage's metrics.
+After a run, ``CACHE/reports/latest.json`` and ``latest.csv`` list every subject with its
+status, failing stage and reason, key, seconds and metrics (see :mod:`mriprep.reports`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import io
-import json
-import logging
 import os
 import resource
 import socket
-import sys
 import tempfile
 import time
 import traceback
@@ -67,25 +44,27 @@ import mriprep
 from mriprep.cache import Cache, entry_key, sha256_file, summary_of
 from mriprep.errors import MriprepError, SchedulerError, StageError
 from mriprep.pipeline import Pipeline
+from mriprep.progress import ProgressReporter
+from mriprep.reports import STATUSES, summary_json, summary_text, write_reports
+from mriprep.scheduling import (
+    SCHEDULERS,
+    configure_threads,
+    connect,
+    scheduler_client,
+    usable_cores,
+)
 from mriprep.stages import get_stage
 from mriprep.volume import Volume, jsonable
 
-STATUSES = ("cached", "skipped", "failed")
-SCHEDULERS = ("processes", "threads", "sync")
-# Environment variables read by the native libraries the stages use. Workers are started
-# with them set, and each task sets them again because a remote worker may not be.
-THREAD_ENV_VARS = (
-    "ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS",
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-)
+# Names that lived here before reporting and scheduling got their own modules: tests
+# and older callers still import them from mriprep.runner.
+__all__ = [
+    "ProgressReporter", "RunResult", "SCHEDULERS", "SchedulerError", "SubjectTask",
+    "configure_threads", "connect", "process_subject", "run_cohort", "run_stages",
+    "summary_json", "summary_text", "tasks_from_manifest",
+]
+
 INDEX_FLUSH_SECONDS = 10.0
-LOCAL_RETRIES = 1
-REPORT_FORMAT = "mriprep-run-report"
-REPORT_VERSION = 1
 _INT16 = np.iinfo(np.int16)
 
 
@@ -100,6 +79,10 @@ class SubjectTask:
     label: str | None = None
     row: int = 0
 
+    @property
+    def input_paths(self) -> dict[str, str | None]:
+        """The input files by role (``image``, ``label``); a missing label is None."""
+        return {"image": self.image, "label": self.label}
 
 
 def tasks_from_manifest(manifest_path: str | os.PathLike) -> list[SubjectTask]:
@@ -125,33 +108,6 @@ def tasks_from_manifest(manifest_path: str | os.PathLike) -> list[SubjectTask]:
 
 
 # -- worker side ---------------------------------------------------------------------
-
-
-def thread_env(threads: int = 1) -> dict[str, str]:
-    """The environment that pins every native thread pool to ``threads``."""
-    return {name: str(int(threads)) for name in THREAD_ENV_VARS}
-
-
-_configured_threads: int | None = None
-
-
-def configure_threads(threads: int = 1) -> None:
-    """Pin ITK (SimpleITK, ANTs) and BLAS thread pools of this process to ``threads``.
-
-    Idempotent and cheap after the first call: every task calls it, because a worker of
-    a remote cluster may have been started without the environment variables.
-    """
-    global _configured_threads
-    if _configured_threads == threads:
-        return
-    os.environ.update(thread_env(threads))
-    import SimpleITK as sitk
-    from threadpoolctl import threadpool_limits
-
-    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(int(threads))
-    # Libraries already loaded ignore the variables above; threadpoolctl reaches them.
-    threadpool_limits(limits=int(threads))
-    _configured_threads = threads
 
 
 def process_subject(
@@ -261,9 +217,8 @@ def _process(task, pipeline, cache, force, result, progress) -> None:
 
 def input_hashes(task: SubjectTask) -> dict[str, str]:
     """SHA-256 of the subject's input files, by role (``image``, ``label``)."""
-    paths = {"image": task.image, "label": task.label}
     hashes = {}
-    for role, path in paths.items():
+    for role, path in task.input_paths.items():
         if path is None:
             continue
         if not Path(path).is_file():
@@ -334,7 +289,7 @@ def entry_meta(
     transform: np.ndarray | None,
 ) -> dict[str, Any]:
     """The JSON sidecar of an entry (the cache adds key, files and checksums)."""
-    paths = {"image": task.image, "label": task.label}
+    paths = task.input_paths
     meta = {
         "subject_id": task.subject_id,
         "session_id": task.session_id,
@@ -439,14 +394,6 @@ class RunResult:
         }
 
 
-def default_workers() -> int:
-    """One worker per core this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def run_cohort(
     tasks: list[SubjectTask],
     cache_root: str | os.PathLike,
@@ -489,7 +436,7 @@ def run_cohort(
     RunResult
         Results in manifest order; ``exit_code`` is 0 or 1.
     """
-    workers = max(1, min(workers or default_workers(), max(1, len(tasks))))
+    workers = max(1, min(workers or usable_cores(), max(1, len(tasks))))
     started = datetime.now(timezone.utc)
     start = time.perf_counter()
     results: dict[int, dict[str, Any]] = {}
@@ -550,71 +497,6 @@ class _IndexWriter:
             self.cache.update_index(self.summaries, retire=self.retire)
         self.summaries, self.retire = {}, []
         self.last_flush = time.monotonic()
-
-
-@contextlib.contextmanager
-def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: bool = True):
-    """A dask.distributed Client for ``scheduler``, or None for dask's local schedulers.
-
-    ``processes`` starts a private LocalCluster (only when ``needed``), an address
-    connects to a running scheduler; ``threads`` and ``sync`` need no client.
-
-    Raises
-    ------
-    SchedulerError
-        An unknown scheduler name or an unreachable address.
-    """
-    if scheduler in ("threads", "sync") or (scheduler == "processes" and not needed):
-        yield None
-    elif scheduler == "processes":
-        with local_client(workers, threads) as client:
-            yield client
-    elif "://" in scheduler:
-        client = connect(scheduler)
-        try:
-            yield client
-        finally:
-            client.close()
-    else:
-        raise SchedulerError(
-            f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)} or the "
-            "address of a running dask scheduler such as tcp://127.0.0.1:8786"
-        )
-
-
-@contextlib.contextmanager
-def local_client(workers: int, threads: int = 1):
-    """A Client on a private LocalCluster: ``workers`` single-threaded processes."""
-    import dask
-    from dask.distributed import Client, LocalCluster
-
-    # A subject that kills its worker (OOM, segfault) is retried once, then reported:
-    # such crashes are nearly always deterministic, and each retry restarts a worker.
-    config = {"distributed.scheduler.allowed-failures": LOCAL_RETRIES}
-    with dask.config.set(config), LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        # Port 0: never collide with another cluster's dashboard on this machine.
-        dashboard_address="127.0.0.1:0",
-        silence_logs=logging.ERROR,
-        env=thread_env(threads),
-    ) as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
-
-
-def connect(address: str, timeout_s: float = 20.0):
-    """A dask.distributed Client for a running scheduler, or a clear SchedulerError."""
-    from dask.distributed import Client
-
-    try:
-        return Client(address, timeout=timeout_s, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise SchedulerError(
-            f"cannot reach the dask scheduler at {address} ({exc}); start one with "
-            "`dask scheduler` and workers with `dask worker ADDRESS`, or check the address"
-        ) from exc
 
 
 def _execute_on_client(client, tasks, keys, pipeline, cache_root, force, threads, collect):
@@ -698,191 +580,3 @@ def _failed_result(task: SubjectTask, stage="", reason="", worker="") -> dict[st
         "warnings": [],
         "worker": worker,
     }
-
-
-# -- reports -------------------------------------------------------------------------
-
-REPORT_COLUMNS = (
-    "subject_id", "session_id", "split", "status", "stage", "reason", "key", "seconds",
-)
-
-
-def report_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The per-subject report rows (results without the index summaries)."""
-    keep = REPORT_COLUMNS + ("metrics", "warnings", "peak_rss_mb", "worker")
-    rows = []
-    for result in results:
-        row = {k: result.get(k) for k in keep}
-        if result.get("traceback"):  # an unexpected error: where it came from
-            row["traceback"] = result["traceback"]
-        rows.append(row)
-    return rows
-
-
-def write_reports(
-    cache: Cache, run: RunResult, started: datetime, manifest: Any = None
-) -> dict[str, Path]:
-    """Write ``reports/latest.{json,csv}`` and a timestamped copy of each."""
-    rows = report_rows(run.results)
-    doc = {
-        "format": REPORT_FORMAT,
-        "version": REPORT_VERSION,
-        "mriprep_version": mriprep.__version__,
-        "pipeline": {"name": run.pipeline.name, "hash": run.pipeline.hash,
-                     "source": run.pipeline.source},
-        "manifest": str(manifest) if manifest is not None else None,
-        "cache": str(cache.root),
-        "scheduler": run.scheduler,
-        "workers": run.workers,
-        "started": started.isoformat(timespec="seconds"),
-        "seconds": run.seconds,
-        "counts": run.counts(),
-        "subjects": rows,
-    }
-    json_text = json.dumps(jsonable(doc), indent=1)
-    csv_text = report_csv(rows)
-    stamp = f"{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
-    return {
-        "json": cache.write_report("latest.json", json_text),
-        "csv": cache.write_report("latest.csv", csv_text),
-        "json_copy": cache.write_report(f"run-{stamp}.json", json_text),
-        "csv_copy": cache.write_report(f"run-{stamp}.csv", csv_text),
-    }
-
-
-def report_csv(rows: list[dict[str, Any]]) -> str:
-    """Rows as CSV: fixed columns, then one ``stage.metric`` column per metric seen."""
-    flat_rows = []
-    metric_columns: list[str] = []
-    for row in rows:
-        flat = {k: row.get(k) for k in REPORT_COLUMNS}
-        for stage_name, metrics in (row.get("metrics") or {}).items():
-            for metric, value in metrics.items():
-                column = f"{stage_name}.{metric}"
-                if column not in metric_columns:
-                    metric_columns.append(column)
-                flat[column] = value if not isinstance(value, (list, dict)) else json.dumps(value)
-        flat["warnings"] = "; ".join(row.get("warnings") or [])
-        flat_rows.append(flat)
-    out = io.StringIO()
-    writer = csv.DictWriter(
-        out, fieldnames=list(REPORT_COLUMNS) + ["warnings"] + metric_columns,
-        extrasaction="ignore", lineterminator="\n",
-    )
-    writer.writeheader()
-    writer.writerows(flat_rows)
-    return out.getvalue()
-
-
-# -- progress ------------------------------------------------------------------------
-
-
-class ProgressReporter:
-    """Shows progress: a tqdm bar on a terminal, else a plain line now and then.
-
-    Failures are printed as they happen in both modes; the bar shows done, failed,
-    rate and time left.
-    """
-
-    def __init__(self, total: int, stream=None, terminal: bool | None = None,
-                 log_every_s: float = 30.0):
-        self.total = total
-        self.stream = stream if stream is not None else sys.stderr
-        self.terminal = self.stream.isatty() if terminal is None else terminal
-        self.log_every_s = log_every_s
-        self.counts = {status: 0 for status in STATUSES}
-        self.start = time.monotonic()
-        self.last_log = self.start
-        self.bar = None
-        if self.terminal:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="subj", file=self.stream, dynamic_ncols=True,
-                            desc="mriprep run", smoothing=0.1)
-
-    def __call__(self, result: dict[str, Any]) -> None:
-        self.counts[result["status"]] += 1
-        if result["status"] == "failed":
-            self._say(f"FAILED {_subject_name(result)} at {result['stage']}: "
-                      f"{result['reason']}")
-        if self.bar is not None:
-            self.bar.set_postfix(self.counts, refresh=False)
-            self.bar.update(1)
-            return
-        now = time.monotonic()
-        done = sum(self.counts.values())
-        if now - self.last_log >= self.log_every_s or done == self.total:
-            self.last_log = now
-            self._say(self._status_line(done, now - self.start))
-
-    def _status_line(self, done: int, elapsed: float) -> str:
-        rate = done / elapsed * 60 if elapsed > 0 else 0.0
-        left = (self.total - done) / (done / elapsed) if done and elapsed > 0 else None
-        eta = f", about {_duration(left)} left" if left is not None and done < self.total else ""
-        parts = ", ".join(f"{n} {s}" for s, n in self.counts.items())
-        return (f"mriprep run: {done}/{self.total} subjects done ({parts}), "
-                f"{rate:.1f} subjects/min{eta}")
-
-    def _say(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.write(line, file=self.stream)
-        else:
-            print(line, file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _subject_name(result: dict[str, Any]) -> str:
-    sid, ses = result["subject_id"], result.get("session_id")
-    return f"{sid} (session {ses})" if ses else sid
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 90:
-        return f"{seconds} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def summary_text(run: RunResult) -> str:
-    """The closing lines of a run: counts, skips said out loud, and every failure."""
-    counts = run.counts()
-    lines = [
-        f"mriprep run: {counts['total']} subjects in {run.seconds:.1f} s with pipeline "
-        f"{run.pipeline.name} ({run.pipeline.hash[:12]}): {counts['cached']} cached, "
-        f"{counts['skipped']} skipped, {counts['failed']} failed"
-    ]
-    if counts["skipped"]:
-        everything = " (all of them)" if counts["skipped"] == counts["total"] else ""
-        lines.append(
-            f"{counts['skipped']} subjects{everything} already had a verified cache entry "
-            "for these inputs and this pipeline: skipped (use --force to recompute)"
-        )
-    if run.failed:
-        lines.append(f"{len(run.failed)} subject(s) failed and were not cached:")
-        lines += [f"  {_subject_name(r)} at {r['stage']}: {r['reason']}" for r in run.failed]
-    if run.report_paths:
-        lines.append(f"report: {run.report_paths['json']} (and .csv)")
-    return "\n".join(lines)
-
-
-def summary_json(run: RunResult) -> dict[str, Any]:
-    """The ``--json`` summary: counts, report paths, failures, per-subject status."""
-    return jsonable({
-        "pipeline": {"name": run.pipeline.name, "hash": run.pipeline.hash},
-        "cache": str(run.cache_root),
-        "scheduler": run.scheduler,
-        "workers": run.workers,
-        "seconds": run.seconds,
-        "counts": run.counts(),
-        "exit_code": run.exit_code,
-        "reports": {k: str(v) for k, v in run.report_paths.items()},
-        "failed": [{k: r[k] for k in ("subject_id", "session_id", "stage", "reason")}
-                   for r in run.failed],
-        "subjects": [{k: r.get(k) for k in REPORT_COLUMNS} for r in run.results],
-    })
-

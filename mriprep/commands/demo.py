@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(cohort, cache_dir: Path, pipeline_name: str | None, workers: int | None):
     from mriprep.pipeline import DEFAULT_PIPELINE, load_pipeline
-    from mriprep.runner import ProgressReporter, run_cohort, summary_text, tasks_from_manifest
+    from mriprep.progress import ProgressReporter
+    from mriprep.reports import summary_text
+    from mriprep.runner import run_cohort, tasks_from_manifest
 
     pipeline = load_pipeline(pipeline_name or DEFAULT_PIPELINE)
     tasks = tasks_from_manifest(cohort.manifest)

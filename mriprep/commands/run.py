@@ -12,14 +12,10 @@ import json
 import sys
 
 from mriprep.pipeline import DEFAULT_PIPELINE, available_pipelines, load_pipeline
-from mriprep.runner import (
-    SCHEDULERS,
-    ProgressReporter,
-    run_cohort,
-    summary_json,
-    summary_text,
-    tasks_from_manifest,
-)
+from mriprep.progress import ProgressReporter
+from mriprep.reports import summary_json, summary_text
+from mriprep.runner import run_cohort, tasks_from_manifest
+from mriprep.scheduling import SCHEDULERS
 
 
 def _positive_int(text: str) -> int:

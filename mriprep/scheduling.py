@@ -1,0 +1,142 @@
+"""Where the subjects of a run execute: dask schedulers and native thread pools.
+
+Schedulers
+----------
+``processes`` (default)
+    A ``dask.distributed.LocalCluster`` of single-threaded worker processes, one per
+    core. Chosen over dask's multiprocessing scheduler because a worker that dies (a
+    segfault in a native library, the OOM killer) costs only the subject it was running,
+    reported as a failure, where a broken multiprocessing pool aborts the whole run; and
+    because it is the same code path as a remote cluster.
+``threads`` / ``sync``
+    dask's local threaded or single-threaded scheduler in this process (debugging, or
+    machines where spawning processes is not allowed).
+``tcp://HOST:PORT`` (any address with ``://``)
+    A running ``dask.distributed`` scheduler (``dask scheduler`` + ``dask worker``,
+    dask-jobqueue on SLURM). The workers need mriprep installed and the input files and
+    cache folder at the same paths.
+
+Every worker pins ITK, ANTs and BLAS to a fixed thread count (1 by default): parallelism
+comes from subjects, and a fixed count keeps registration reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+from mriprep.errors import SchedulerError
+
+SCHEDULERS = ("processes", "threads", "sync")
+# Environment variables read by the native libraries the stages use. Workers are started
+# with them set, and each task sets them again because a remote worker may not be.
+THREAD_ENV_VARS = (
+    "ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS",
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+LOCAL_RETRIES = 1
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity where the OS has one."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def thread_env(threads: int = 1) -> dict[str, str]:
+    """The environment that pins every native thread pool to ``threads``."""
+    return {name: str(int(threads)) for name in THREAD_ENV_VARS}
+
+
+_configured_threads: int | None = None
+
+
+def configure_threads(threads: int = 1) -> None:
+    """Pin ITK (SimpleITK, ANTs) and BLAS thread pools of this process to ``threads``.
+
+    Idempotent and cheap after the first call: every task calls it, because a worker of
+    a remote cluster may have been started without the environment variables.
+    """
+    global _configured_threads
+    if _configured_threads == threads:
+        return
+    os.environ.update(thread_env(threads))
+    import SimpleITK as sitk
+    from threadpoolctl import threadpool_limits
+
+    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(int(threads))
+    # Libraries already loaded ignore the variables above; threadpoolctl reaches them.
+    threadpool_limits(limits=int(threads))
+    _configured_threads = threads
+
+
+@contextlib.contextmanager
+def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: bool = True):
+    """A dask.distributed Client for ``scheduler``, or None for dask's local schedulers.
+
+    ``processes`` starts a private LocalCluster (only when ``needed``), an address
+    connects to a running scheduler; ``threads`` and ``sync`` need no client.
+
+    Raises
+    ------
+    SchedulerError
+        An unknown scheduler name or an unreachable address.
+    """
+    if scheduler in ("threads", "sync") or (scheduler == "processes" and not needed):
+        yield None
+    elif scheduler == "processes":
+        with local_client(workers, threads) as client:
+            yield client
+    elif "://" in scheduler:
+        client = connect(scheduler)
+        try:
+            yield client
+        finally:
+            client.close()
+    else:
+        raise SchedulerError(
+            f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)} or the "
+            "address of a running dask scheduler such as tcp://127.0.0.1:8786"
+        )
+
+
+@contextlib.contextmanager
+def local_client(workers: int, threads: int = 1):
+    """A Client on a private LocalCluster: ``workers`` single-threaded processes."""
+    import dask
+    from dask.distributed import Client, LocalCluster
+
+    # A subject that kills its worker (OOM, segfault) is retried once, then reported:
+    # such crashes are nearly always deterministic, and each retry restarts a worker.
+    config = {"distributed.scheduler.allowed-failures": LOCAL_RETRIES}
+    with dask.config.set(config), LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        # Port 0: never collide with another cluster's dashboard on this machine.
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+        env=thread_env(threads),
+    ) as cluster, Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+def connect(address: str, timeout_s: float = 20.0):
+    """A dask.distributed Client for a running scheduler, or a clear SchedulerError."""
+    from dask.distributed import Client
+
+    try:
+        return Client(address, timeout=timeout_s, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise SchedulerError(
+            f"cannot reach the dask scheduler at {address} ({exc}); start one with "
+            "`dask scheduler` and workers with `dask worker ADDRESS`, or check the address"
+        ) from exc
