@@ -49,6 +49,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import xxhash
 
+from mriprep.atomic import fsync_dir, write_text
 from mriprep.errors import CacheError
 from mriprep.volume import jsonable
 
@@ -145,7 +146,7 @@ class Cache:
                 )
             (self.root / "entries" / ".tmp").mkdir(parents=True, exist_ok=True)
             (self.root / "reports").mkdir(exist_ok=True)
-            _atomic_write_text(
+            write_text(
                 marker, json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
             )
         else:
@@ -281,8 +282,8 @@ class Cache:
             full_meta.update(format_version=FORMAT_VERSION, key=key, files=files)
             if extras:
                 full_meta["extra_files"] = extras
-            _atomic_write_text(tmp / "meta.json", json.dumps(full_meta, indent=1))
-            _fsync_dir(tmp)
+            write_text(tmp / "meta.json", json.dumps(full_meta, indent=1))
+            fsync_dir(tmp)
             self._move_into_place(tmp, key, replace)
         finally:
             if tmp.exists():
@@ -306,7 +307,7 @@ class Cache:
                 raise CacheError(
                     f"cache entry {final} exists but is incomplete; remove it and rerun"
                 ) from exc
-        _fsync_dir(self.entries_dir)
+        fsync_dir(self.entries_dir)
 
     def _sweep_stale_tmp(self, max_age_s: float = 24 * 3600) -> None:
         """Remove temporary folders left by crashed writers (older than a day)."""
@@ -374,7 +375,7 @@ class Cache:
             }
             index.update(jsonable(summaries))
             doc = {"version": FORMAT_VERSION, "entries": dict(sorted(index.items()))}
-            _atomic_write_text(self.index_path, json.dumps(doc, indent=1))
+            write_text(self.index_path, json.dumps(doc, indent=1))
 
     def remove_from_index(self, keys: list[str]) -> None:
         with self.locked():
@@ -382,12 +383,12 @@ class Cache:
             for key in keys:
                 index.pop(key, None)
             doc = {"version": FORMAT_VERSION, "entries": dict(sorted(index.items()))}
-            _atomic_write_text(self.index_path, json.dumps(doc, indent=1))
+            write_text(self.index_path, json.dumps(doc, indent=1))
 
     def write_report(self, name: str, text: str) -> Path:
         """Write ``reports/<name>`` atomically (readers never see half a report)."""
         path = self.reports_dir / name
-        _atomic_write_text(path, text)
+        write_text(path, text)
         return path
 
 
@@ -414,23 +415,3 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise CacheError(f"cannot read {path}: {exc}; the cache may be corrupt") from exc
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a fsynced temporary file and a rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -23,7 +23,6 @@ import math
 import os
 import threading
 import time
-import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 from nibabel.filebasedimages import ImageFileError
 from nibabel.spatialimages import HeaderDataError
 
+from mriprep.atomic import atomic_path
 from mriprep.errors import HeaderError, ImageReadError, InputError
 from mriprep.volume import StageRecord, Volume
 
@@ -777,14 +777,6 @@ def _save_nifti(array: np.ndarray, affine: np.ndarray, path: Path) -> Path:
         # A sheared affine has no exact qform; readers that prefer the qform (FastSurfer,
         # and this module) would then use an approximation. Store the sform alone.
         img.set_qform(None, code=0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp{suffix}")
-    try:
+    with atomic_path(path, suffix=suffix) as tmp:
         nib.save(img, str(tmp))
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path

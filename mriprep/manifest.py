@@ -19,12 +19,12 @@ import csv
 import io
 import os
 import unicodedata
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from mriprep.atomic import atomic_path
 from mriprep.errors import ManifestError
 
 REQUIRED_COLUMNS = ("subject_id", "image")
@@ -187,29 +187,20 @@ def write_manifest(rows: Iterable[ManifestRow], path: str | os.PathLike) -> Path
         extra.update(dict.fromkeys(k for k in row.metadata if k not in KNOWN_COLUMNS))
     columns = ["subject_id", "session_id", "image", "label", "split", *extra]
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh, delimiter=delimiter, lineterminator="\n")
-            writer.writerow(columns)
-            for row in rows:
-                writer.writerow(
-                    [
-                        row.subject_id,
-                        row.session_id,
-                        _relative(row.image, folder),
-                        "" if row.label is None else _relative(row.label, folder),
-                        row.split,
-                        *(row.metadata.get(k, "") for k in extra),
-                    ]
-                )
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, delimiter=delimiter, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(
+                [
+                    row.subject_id,
+                    row.session_id,
+                    _relative(row.image, folder),
+                    "" if row.label is None else _relative(row.label, folder),
+                    row.split,
+                    *(row.metadata.get(k, "") for k in extra),
+                ]
+            )
     return path
 
 
