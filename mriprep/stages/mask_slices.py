@@ -174,8 +174,68 @@ def artifact_axes(spacing, params: MaskSlicesParams) -> tuple[int, ...]:
     return (0, 1, 2) if isotropic else (thickest,)
 
 
+@dataclass
+class _SliceProfile:
+    """Per-slice statistics of the usable voxels along one axis."""
+
+    invalid_fraction: np.ndarray
+    zero_fraction: np.ndarray
+    lowest: np.ndarray  # float64; +inf for a slice without usable voxels
+    highest: np.ndarray
+    has_values: np.ndarray
+
+
+def _slice_profile(data: np.ndarray, usable: np.ndarray, axis: int) -> _SliceProfile:
+    x = np.moveaxis(data, axis, 0)
+    ok = np.moveaxis(usable, axis, 0)
+    flat_axes = tuple(range(1, x.ndim))
+    per_slice = ok[0].size
+    return _SliceProfile(
+        invalid_fraction=1.0 - np.count_nonzero(ok, axis=flat_axes) / per_slice,
+        zero_fraction=np.count_nonzero(
+            np.where(ok, x, np.float32(1)) == 0, axis=flat_axes) / per_slice,
+        lowest=np.where(ok, x, np.float32(np.inf)).min(axis=flat_axes).astype(np.float64),
+        highest=np.where(ok, x, np.float32(-np.inf)).max(axis=flat_axes).astype(np.float64),
+        has_values=ok.any(axis=flat_axes),
+    )
+
+
+def _slice_profiles(data: np.ndarray, usable: np.ndarray) -> list[_SliceProfile]:
+    """:func:`_slice_profile` along every axis of a 3D volume.
+
+    When every voxel is usable there is nothing to mask, and the three axes share their
+    passes: one reduction along the last axis gives a plane whose rows and columns
+    reduce to the first two axes' slices; one more pass gives the last axis'.
+    """
+    if not usable.all() or data.ndim != 3 or data.size == 0:
+        return [_slice_profile(data, usable, axis) for axis in range(data.ndim)]
+    zeros = data == 0
+    plane_zeros = np.count_nonzero(zeros, axis=2)
+    plane_low, plane_high = data.min(axis=2), data.max(axis=2)
+    counts = (plane_zeros.sum(axis=1), plane_zeros.sum(axis=0),
+              np.count_nonzero(zeros, axis=(0, 1)))
+    lows = (plane_low.min(axis=1), plane_low.min(axis=0), data.min(axis=(0, 1)))
+    highs = (plane_high.max(axis=1), plane_high.max(axis=0), data.max(axis=(0, 1)))
+    profiles = []
+    for axis in range(3):
+        n = data.shape[axis]
+        per_slice = data.size // n
+        profiles.append(_SliceProfile(
+            invalid_fraction=np.zeros(n),
+            zero_fraction=counts[axis] / per_slice,
+            lowest=lows[axis].astype(np.float64),
+            highest=highs[axis].astype(np.float64),
+            has_values=np.ones(n, dtype=bool),
+        ))
+    return profiles
+
+
 def find_incomplete(
-    data: np.ndarray, usable: np.ndarray, axis: int, params: MaskSlicesParams
+    data: np.ndarray,
+    usable: np.ndarray,
+    axis: int,
+    params: MaskSlicesParams,
+    profile: _SliceProfile | None = None,
 ) -> dict[int, str]:
     """Incomplete slices along ``axis``: index -> kind.
 
@@ -193,17 +253,14 @@ def find_incomplete(
         Valid and finite voxels.
     axis : int
     params : MaskSlicesParams
+    profile : optional
+        The slices' statistics when the caller computed them for every axis at once.
     """
-    x = np.moveaxis(data, axis, 0)
-    ok = np.moveaxis(usable, axis, 0)
-    n = x.shape[0]
-    flat_axes = tuple(range(1, x.ndim))
-    per_slice = ok[0].size
-    invalid_fraction = 1.0 - ok.sum(axis=flat_axes) / per_slice
-    zero_fraction = (np.where(ok, x, np.float32(1)) == 0).sum(axis=flat_axes) / per_slice
-    lowest = np.where(ok, x, np.float32(np.inf)).min(axis=flat_axes).astype(np.float64)
-    highest = np.where(ok, x, np.float32(-np.inf)).max(axis=flat_axes).astype(np.float64)
-    has_values = ok.any(axis=flat_axes)
+    if profile is None:
+        profile = _slice_profile(data, usable, axis)
+    n = data.shape[axis]
+    invalid_fraction, zero_fraction = profile.invalid_fraction, profile.zero_fraction
+    lowest, highest, has_values = profile.lowest, profile.highest, profile.has_values
     if has_values.any():
         # Slices count as constant up to float32 rounding of the volume's range.
         tolerance = 1e-6 * (highest[has_values].max() - lowest[has_values].min())
@@ -248,24 +305,60 @@ class _SliceStack:
     x: np.ndarray  # [n, ...] intensities, non-usable voxels set to 0
     usable: np.ndarray  # [n, ...]
     foreground: np.ndarray  # [n, ...]
+    all_usable: bool = False  # every voxel usable: ``usable`` need not be consulted
 
     @property
     def n(self) -> int:
         return self.x.shape[0]
 
 
-def _stack(data, usable, axis, threshold) -> _SliceStack:
-    ok = np.moveaxis(usable, axis, 0)
-    x = np.where(ok, np.moveaxis(data, axis, 0), np.float32(0))
+@dataclass
+class _Prepared:
+    """What the stacks of every axis are cut from, computed once per volume."""
+
+    x: np.ndarray
+    usable: np.ndarray
+    foreground: np.ndarray
+    all_usable: bool
+    extent: tuple[slice, slice, slice]  # the foreground's bounding box
+
+
+def _prepare(data, usable, threshold) -> _Prepared:
+    all_usable = bool(usable.all())
+    x = data if all_usable else np.where(usable, data, np.float32(0))
     # Scores are ratios of magnitudes: only positive voxels can be foreground.
-    foreground = ok & (x > max(threshold, 0.0))
+    foreground = x > max(threshold, 0.0)
+    if not all_usable:
+        foreground &= usable
+    plane = foreground.any(axis=0)
+    along = (foreground.any(axis=(1, 2)), plane.any(axis=1), plane.any(axis=0))
+    extent = []
+    for present in along:
+        where = np.flatnonzero(present)
+        extent.append(slice(int(where[0]), int(where[-1]) + 1) if where.size else slice(None))
+    return _Prepared(x=x, usable=usable, foreground=foreground, all_usable=all_usable,
+                     extent=tuple(extent))
+
+
+def _stack(prepared: _Prepared, axis: int) -> _SliceStack:
     # Scores only look at the neighbours' foreground, so the slices can be cropped to
     # its in-plane bounding box: the same scores, at half the cost on a typical head.
-    rows, cols = np.nonzero(foreground.any(axis=0))
-    if rows.size:
-        box = (slice(None), slice(rows.min(), rows.max() + 1), slice(cols.min(), cols.max() + 1))
-        x, ok, foreground = x[box], ok[box], foreground[box]
-    return _SliceStack(x=x, usable=ok, foreground=foreground)
+    box = list(prepared.extent)
+    box[axis] = slice(None)
+    box = tuple(box)
+
+    # Slice by slice work wants each slice contiguous: along the last axes of a C-ordered
+    # volume, a slice's voxels otherwise lie a whole row or plane apart in memory.
+    def cut(array):
+        return np.ascontiguousarray(np.moveaxis(array[box], axis, 0))
+
+    x = cut(prepared.x)
+    return _SliceStack(
+        x=x,
+        usable=np.broadcast_to(True, x.shape) if prepared.all_usable else cut(prepared.usable),
+        foreground=cut(prepared.foreground),
+        all_usable=prepared.all_usable,
+    )
 
 
 def _neighbours(s: int, n: int, excluded: set[int]) -> tuple[int | None, int | None]:
@@ -314,22 +407,53 @@ def _ratio_to_prediction(stack: _SliceStack, s: int, a: int, b: int, wa: float) 
     still scored, against a prediction the artifact inflates or deflates. The artifact
     itself scores worse, so it is flagged first and then stops serving as a neighbour.
     """
-    xa, xb = stack.x[a], stack.x[b]
-    common = stack.foreground[a] & stack.foreground[b] & stack.usable[s]
-    if np.count_nonzero(common) < _MIN_SCORED_VOXELS:
+    common = stack.foreground[a] & stack.foreground[b]
+    if not stack.all_usable:
+        common &= stack.usable[s]
+    # Voxel indices, gathered once and then narrowed: cheaper than boolean masks.
+    index = np.flatnonzero(common)
+    if index.size < _MIN_SCORED_VOXELS:
         return None
+    xa, xb = _flat(stack.x, a).take(index), _flat(stack.x, b).take(index)
     # Foreground voxels are positive, so the log-ratios are defined.
-    log_ab = np.log(xa[common] / xb[common])
-    offset = float(np.median(log_ab))
-    if abs(offset) < _NEIGHBOUR_SCALE_OFFSET:
-        offset = 0.0  # neighbours on the same scale: the anatomy decides what agrees
-    comparable = common
-    comparable[common] = np.abs(log_ab - offset) < _NEIGHBOUR_AGREEMENT
-    if np.count_nonzero(comparable) < _MIN_SCORED_VOXELS:
+    log_ab = np.log(xa / xb)
+    offset = _neighbour_offset(log_ab)
+    comparable = np.abs(log_ab - offset if offset else log_ab) < _NEIGHBOUR_AGREEMENT
+    index = index[comparable]
+    if index.size < _MIN_SCORED_VOXELS:
         return None
-    predicted = wa * xa[comparable].astype(np.float64) + (1 - wa) * xb[comparable]
-    ratio = np.clip(stack.x[s][comparable] / predicted, _RATIO_CLIP, 1 / _RATIO_CLIP)
-    return float(np.median(np.log(ratio)))
+    predicted = xa[comparable].astype(np.float64)
+    predicted *= wa
+    predicted += (1 - wa) * xb[comparable]
+    ratio = _flat(stack.x, s).take(index) / predicted
+    # Clipping and the log are monotonic: the median of the clipped log-ratios is the
+    # clipped log of the middle ratios, and only those need a log.
+    return float(_median_in_place(ratio, lambda r: np.log(np.clip(r, _RATIO_CLIP,
+                                                                   1 / _RATIO_CLIP))))
+
+
+def _flat(array: np.ndarray, s: int) -> np.ndarray:
+    """Slice ``s`` of a contiguous stack as a flat view."""
+    return array[s].reshape(-1)
+
+
+def _neighbour_offset(log_ab: np.ndarray) -> float:
+    """The median log-ratio between two neighbours when it is at least a factor 1.5,
+    else 0 (neighbours on the same scale: the anatomy decides what agrees).
+
+    Counting the values beyond +/-log(1.5) settles that the median lies strictly within
+    without ordering anything: it reaches log(1.5) only if the upper middle value does,
+    i.e. if ``n - n // 2`` values do, and likewise downwards. Only a slice next to an
+    artifact needs the median itself.
+    """
+    n = log_ab.size
+    needed = n - n // 2
+    limit = np.float64(_NEIGHBOUR_SCALE_OFFSET)  # float64 comparisons, as abs() below
+    if (np.count_nonzero(log_ab >= limit) < needed
+            and np.count_nonzero(log_ab <= -limit) < needed):
+        return 0.0
+    offset = float(_median_in_place(log_ab.copy()))
+    return offset if abs(offset) >= _NEIGHBOUR_SCALE_OFFSET else 0.0
 
 
 def _correlation_deficit(stack: _SliceStack, s: int, excluded: set[int]) -> float | None:
@@ -337,23 +461,50 @@ def _correlation_deficit(stack: _SliceStack, s: int, excluded: set[int]) -> floa
     a, b = _neighbours(s, stack.n, excluded)
     if a is None or b is None:
         return None
-    region = (stack.foreground[a] | stack.foreground[b]) & stack.usable[s]
-    if np.count_nonzero(region) < _MIN_CORRELATION_VOXELS:
+    region = stack.foreground[a] | stack.foreground[b]
+    if not stack.all_usable:
+        region &= stack.usable[s]
+    index = np.flatnonzero(region)
+    if index.size < _MIN_CORRELATION_VOXELS:
         return None
-    xa, xs, xb = (stack.x[i][region].astype(np.float64) for i in (a, s, b))
-    c_ab, c_as, c_sb = _pearson(xa, xb), _pearson(xa, xs), _pearson(xs, xb)
+    # Each slice centred once and its squared norm taken once, for the three pairs.
+    pa, ps, pb = (_centred(_flat(stack.x, i).take(index)) for i in (a, s, b))
+    c_ab, c_as, c_sb = _pearson(pa, pb), _pearson(pa, ps), _pearson(ps, pb)
     if c_ab is None or c_as is None or c_sb is None:
         return None
     return c_ab - 0.5 * (c_as + c_sb)
 
 
-def _pearson(p: np.ndarray, q: np.ndarray) -> float | None:
-    p = p - p.mean()
-    q = q - q.mean()
-    norm = np.sqrt(np.dot(p, p) * np.dot(q, q))
+def _centred(values: np.ndarray) -> tuple[np.ndarray, float]:
+    """float64 values minus their mean, and the sum of their squares."""
+    p = values.astype(np.float64)
+    p -= p.mean()
+    return p, np.dot(p, p)
+
+
+def _pearson(p: tuple[np.ndarray, float], q: tuple[np.ndarray, float]) -> float | None:
+    """Pearson correlation of two :func:`_centred` vectors; None if either is flat."""
+    norm = np.sqrt(p[1] * q[1])
     if norm <= 0:
         return None
-    return float(np.dot(p, q) / norm)
+    return float(np.dot(p[0], q[0]) / norm)
+
+
+def _median_in_place(values: np.ndarray, transform=None):
+    """``np.median(transform(values))`` for a monotonic non-decreasing ``transform``,
+    reordering ``values`` (a temporary) instead of copying it, and transforming only
+    the one or two middle values."""
+    half = values.size // 2
+    if values.size % 2:
+        values.partition(half)
+        middle = values[half:half + 1]
+    else:
+        values.partition([half - 1, half])
+        middle = values[half - 1:half + 1]
+    if transform is not None:
+        middle = transform(middle)
+    # As np.median: the mean of the two middle values, in their dtype.
+    return middle[0] if middle.size == 1 else (middle[0] + middle[1]) / 2
 
 
 def _robust_center_spread(values: list[float], floor: float) -> tuple[float, float]:
@@ -391,7 +542,13 @@ def find_artifacts(
         ``artifacts`` maps each flagged index to its scores (``log_ratio``, ``ratio_z``,
         ``correlation_deficit``, ``correlation_z``), in the order they were found.
     """
-    stack = _stack(data, usable, axis, threshold)
+    return _score_axis(_stack(_prepare(data, usable, threshold), axis), axis, excluded, params)
+
+
+def _score_axis(
+    stack: _SliceStack, axis: int, excluded: set[int], params: MaskSlicesParams
+) -> AxisFindings:
+    """:func:`find_artifacts` on a prepared stack."""
     excluded = set(excluded)
     candidates = [s for s in range(stack.n) if s not in excluded]
     ratios = {s: _log_ratio_score(stack, s, excluded) for s in candidates}
@@ -490,13 +647,16 @@ def mask_slices(volume: Volume, params: MaskSlicesParams) -> StageOutput:
     """
     data, valid = volume.data, volume.valid
     usable = valid & np.isfinite(data)
-    threshold = robust_threshold(data[usable])
+    all_usable = bool(usable.all())
+    threshold = robust_threshold(data if all_usable else data[usable])
     searched = artifact_axes(volume.spacing, params)
+    prepared = _prepare(data, usable, threshold)
+    profiles = _slice_profiles(data, usable)
     findings: dict[int, AxisFindings] = {}
     for axis in range(3):
-        incomplete = find_incomplete(data, usable, axis, params)
+        incomplete = find_incomplete(data, usable, axis, params, profiles[axis])
         if axis in searched:
-            found = find_artifacts(data, usable, axis, set(incomplete), threshold, params)
+            found = _score_axis(_stack(prepared, axis), axis, set(incomplete), params)
         else:
             found = AxisFindings(axis=axis)
         found.incomplete = incomplete

@@ -17,7 +17,7 @@ import numpy as np
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
-from mriprep.stages.intensity import foreground_mask
+from mriprep.stages.intensity import foreground_mask, percentiles
 from mriprep.volume import Volume
 
 CONFORM_MAX = 255.0
@@ -79,6 +79,18 @@ def _constant_error(volume: Volume, what: str) -> StageError:
     )
 
 
+def _float32_above(bound: float) -> np.float32:
+    """The smallest float32 not below ``bound``."""
+    value = np.float32(bound)
+    return value if value >= bound else np.nextafter(value, np.float32(np.inf))
+
+
+def _float32_below(bound: float) -> np.float32:
+    """The largest float32 not above ``bound``."""
+    value = np.float32(bound)
+    return value if value <= bound else np.nextafter(value, np.float32(-np.inf))
+
+
 @stage("normalize", NormalizeParams)
 def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
     """Clip to robust percentiles, then z-score in a mask or scale to 0-255.
@@ -104,15 +116,17 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
     """
     data = volume.data
     finite = np.isfinite(data)
-    usable = volume.valid & finite
+    all_finite = bool(finite.all())
+    usable = volume.valid if all_finite else volume.valid & finite
     warnings: list[str] = []
-    n_nonfinite_valid = int(np.count_nonzero(volume.valid & ~finite))
+    n_nonfinite_valid = 0 if all_finite else int(np.count_nonzero(volume.valid & ~finite))
     if n_nonfinite_valid:
         warnings.append(
             f"{n_nonfinite_valid} valid voxel(s) were not finite and are now invalid; run "
             "the sanitize stage before normalize"
         )
-    values = data[usable].astype(np.float64)
+    # float32 as stored: statistics that need float64 convert one value at a time.
+    values = data[usable]
     if values.size == 0:
         levels = np.unique(data[finite])
         if levels.size == 1:
@@ -124,20 +138,21 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
             "invalid; see their warnings",
             volume.name,
         )
-    low, high = (float(q) for q in np.percentile(
+    low, high = (float(q) for q in percentiles(
         values, [params.clip_low_percentile, params.clip_high_percentile]
     ))
     if not high - low > params.eps * max(abs(high), abs(low), 1.0):
         raise _constant_error(volume, f"the valid voxels' {params.clip_low_percentile}-"
                                       f"{params.clip_high_percentile} percentiles are "
                                       f"both {low:.6g}")
-    clipped = np.clip(values, low, high)
 
     metrics = {
         "mode": params.mode,
         "clip_range": [low, high],
-        "clipped_low": int(np.count_nonzero(values < low)),
-        "clipped_high": int(np.count_nonzero(values > high)),
+        # float32 v < low exactly when v < (the float32 just at or above low): counted
+        # in float32, as the values are, with the float64 bound's exact meaning.
+        "clipped_low": int(np.count_nonzero(values < _float32_above(low))),
+        "clipped_high": int(np.count_nonzero(values > _float32_below(high))),
     }
     if params.mode == "zscore":
         if params.mask == "foreground":
@@ -151,8 +166,9 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
                 "mask: valid in the pipeline, or check the scan",
                 volume.name,
             )
-        mean = float(clipped[region].mean())
-        std = float(clipped[region].std())
+        clipped = np.clip(values[region].astype(np.float64), low, high)
+        mean = float(clipped.mean())
+        std = float(clipped.std())
         if not std > params.eps * max(abs(mean), 1.0):
             raise _constant_error(volume, f"{params.mask} standard deviation {std:.3g} "
                                           f"around mean {mean:.6g}")
@@ -163,14 +179,16 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
         offset, scale = low, CONFORM_MAX / (high - low)
         metrics.update(scale=scale)
 
-    def transform(x: np.ndarray) -> np.ndarray:
-        return ((np.clip(x.astype(np.float64), low, high) - offset) * scale).astype(np.float32)
-
+    # The whole volume in float32, in place: no float64 copy of a 256^3 grid. Clipping
+    # first keeps every intermediate within the clipping range, so nothing overflows.
+    source = data if all_finite else np.where(finite, data, np.float32(0.0))
+    out = np.clip(source, np.float32(low), np.float32(high))
+    out -= np.float32(offset)
+    out *= np.float32(scale)
     if params.invalid_value is None:
-        out = np.zeros(data.shape, dtype=np.float32)
-        out[finite] = transform(data[finite])
+        if not all_finite:
+            out[~finite] = 0.0
     else:
-        out = np.full(data.shape, np.float32(params.invalid_value), dtype=np.float32)
-        out[usable] = transform(values)
+        out[~usable] = np.float32(params.invalid_value)
     metrics.update(output_min=float(out.min()), output_max=float(out.max()))
     return StageOutput(volume.replace(data=out, valid=usable), metrics, warnings)

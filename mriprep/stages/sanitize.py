@@ -26,7 +26,7 @@ from scipy import ndimage
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
-from mriprep.stages.intensity import foreground_mask
+from mriprep.stages.intensity import foreground_mask, percentiles
 from mriprep.volume import Volume
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -110,12 +110,12 @@ def robust_limits(data: np.ndarray, finite: np.ndarray, factor: float) -> tuple[
         Lowest and highest value of the bulk, widened to include zero; ``(-inf, inf)``
         when nothing is finite and non-zero.
     """
-    values = data[finite]
-    values = values[values != 0]
+    # != is a quiet comparison: NaN needs no masking for it.
+    values = data[finite & (data != 0)]
     if values.size == 0:
         return -np.inf, np.inf
     # "lower" picks data values, so no interpolation arithmetic can overflow float32.
-    q1, q3 = (float(q) for q in np.percentile(values, [25.0, 75.0], method="lower"))
+    q1, q3 = (float(q) for q in percentiles(values, [25.0, 75.0], method="lower"))
     spread = q3 - q1
     if spread <= 0:
         # A (nearly) constant foreground: any other value is implausible. Scale to its
@@ -133,16 +133,20 @@ def _bulk_end(values: np.ndarray, start: float, gap: float, direction: int) -> f
 
     A step wider than ``gap`` cannot fit between ``start`` and ``start +/- gap``, so it
     must land on a value beyond that: only those few need sorting, after the value
-    nearest to them inside.
+    nearest to them inside. ``start`` is one of ``values`` (a quartile), so the values
+    within the edge reach at least ``start``.
     """
     # float64 scalars and arrays: no overflow when stepping near float32's maximum.
     edge = np.float64(start + direction * gap)
+    # The common case, nothing beyond the edge, costs one pass.
+    furthest = np.float64(values.max() if direction > 0 else values.min())
+    if (furthest <= edge) if direction > 0 else (furthest >= edge):
+        return float(furthest)
     beyond = values > edge if direction > 0 else values < edge
-    inside = values[~beyond]
-    inside = inside[inside >= start] if direction > 0 else inside[inside <= start]
-    nearest = (inside.max() if direction > 0 else inside.min()) if inside.size else start
-    if not beyond.any():
-        return float(nearest)
+    if direction > 0:
+        nearest = np.max(values, where=~beyond, initial=start)
+    else:
+        nearest = np.min(values, where=~beyond, initial=start)
     walk = np.concatenate([[nearest], np.sort(values[beyond].astype(np.float64))[::direction]])
     jumps = np.flatnonzero(np.abs(np.diff(walk)) > gap)
     return float(walk[jumps[0]] if jumps.size else walk[-1])
@@ -155,9 +159,12 @@ class _Findings:
     neginf: np.ndarray
     extreme: np.ndarray
     limits: tuple[float, float]
+    all_finite: bool = False
 
     @property
     def replaced(self) -> np.ndarray:
+        if self.all_finite:
+            return self.extreme
         return self.nan | self.posinf | self.neginf | self.extreme
 
     def counts(self) -> dict[str, int]:
@@ -177,6 +184,10 @@ def find_unusable(data: np.ndarray, params: SanitizeParams) -> _Findings:
         lo, hi = max(lo, -FLOAT16_MAX), min(hi, FLOAT16_MAX)
     # Compare finite values only: an ordered comparison with NaN may raise under the
     # strict error settings the stage runs with.
+    if finite.all():
+        none = np.zeros(data.shape, dtype=bool)
+        return _Findings(nan=none, posinf=none, neginf=none,
+                         extreme=(data < lo) | (data > hi), limits=(lo, hi), all_finite=True)
     values = data[finite]
     extreme = np.zeros(data.shape, dtype=bool)
     extreme[finite] = (values < lo) | (values > hi)
@@ -214,35 +225,64 @@ def fill_local(
     ndarray
         float64 values, one per target voxel in C order (as ``data[targets]``).
     """
+    target_index = np.flatnonzero(targets)  # C order, as data[targets]
     if not known.any():
-        return np.zeros(int(np.count_nonzero(targets)))
+        return np.zeros(target_index.size)
     sigma = np.asarray(sigma_vox, dtype=np.float64)
-    filled = np.full(data.shape, np.nan)
-    remaining = targets.copy()
+    points = np.stack(np.unravel_index(target_index, data.shape), axis=1)
+    filled = np.full(target_index.size, np.nan)
+    remaining = np.ones(target_index.size, dtype=bool)
     for _ in range(_MAX_LOCAL_ROUNDS):
-        box = _bounding_box(remaining, margin=np.ceil(4 * sigma).astype(int))
-        weights = known[box].astype(np.float64)
-        # float64: products of values up to float32's maximum cannot overflow.
-        values = np.where(known[box], data[box], 0.0).astype(np.float64)
-        numerator = ndimage.gaussian_filter(values, sigma, mode="constant")
-        denominator = ndimage.gaussian_filter(weights, sigma, mode="constant")
-        reached = remaining[box] & (denominator > _MIN_LOCAL_WEIGHT)
-        filled[box][reached] = numerator[reached] / denominator[reached]
-        remaining[box] &= ~reached
+        todo = np.flatnonzero(remaining)
+        margin = np.ceil(4 * sigma).astype(int)
+        for box, members in _target_boxes(points[todo], margin, data.shape):
+            weights = known[box].astype(np.float64)
+            # float64: products of values up to float32's maximum cannot overflow.
+            values = np.where(known[box], data[box], 0.0).astype(np.float64)
+            numerator = ndimage.gaussian_filter(values, sigma, mode="constant")
+            denominator = ndimage.gaussian_filter(weights, sigma, mode="constant")
+            ids = todo[members]
+            local = tuple((points[ids] - [b.start for b in box]).T)
+            weight = denominator[local]
+            reached = weight > _MIN_LOCAL_WEIGHT
+            filled[ids[reached]] = numerator[local][reached] / weight[reached]
+            remaining[ids[reached]] = False
         if not remaining.any():
             break
         sigma = 2 * sigma
     if remaining.any():
         filled[remaining] = np.median(data[known].astype(np.float64))
-    return filled[targets]
+    return filled
 
 
-def _bounding_box(mask: np.ndarray, margin: np.ndarray) -> tuple[slice, ...]:
-    where = np.nonzero(mask)
-    return tuple(
-        slice(max(int(idx.min()) - int(m), 0), min(int(idx.max()) + int(m) + 1, n))
-        for idx, m, n in zip(where, margin, mask.shape)
-    )
+def _target_boxes(points: np.ndarray, margin: np.ndarray, shape):
+    """Boxes to filter, each with the rows of ``points`` it serves.
+
+    A target's value needs only the voxels within the kernel's reach (``margin``) around
+    it, and the box includes them, so any grouping gives the same values. Scattered
+    targets (a few extreme voxels across the brain) get one small box per cluster of
+    touching targets; a blob, or targets so many that their boxes would cover more than
+    the box around them all, get that one box.
+    """
+    low, high = points.min(axis=0), points.max(axis=0) + 1
+    mask = np.zeros(tuple(high - low), dtype=bool)
+    mask[tuple((points - low).T)] = True
+    clusters, count = ndimage.label(mask, structure=np.ones((3,) * mask.ndim, dtype=bool))
+
+    def expanded(lo, hi):
+        return tuple(slice(max(int(a) - int(m), 0), min(int(b) + int(m), int(n)))
+                     for a, b, m, n in zip(lo, hi, margin, shape))
+
+    def size(box):
+        return int(np.prod([b.stop - b.start for b in box]))
+
+    whole = expanded(low, high)
+    parts = [expanded(low + [c.start for c in obj], low + [c.stop for c in obj])
+             for obj in ndimage.find_objects(clusters)]
+    if count <= 1 or sum(size(b) for b in parts) >= size(whole):
+        return [(whole, np.arange(points.shape[0]))]
+    member_of = clusters[tuple((points - low).T)] - 1
+    return [(box, np.flatnonzero(member_of == i)) for i, box in enumerate(parts)]
 
 
 def fill_values(volume: Volume, known: np.ndarray, targets: np.ndarray,
@@ -270,6 +310,30 @@ def fill_values(volume: Volume, known: np.ndarray, targets: np.ndarray,
     return np.full(int(np.count_nonzero(targets)), value), value
 
 
+def constant_level(data: np.ndarray, usable: np.ndarray) -> float | None:
+    """The one value every usable voxel holds, or None when they differ (or none is).
+
+    A coarse grid of voxels settles almost every real scan at once; only when those
+    agree are all usable voxels compared.
+
+    Parameters
+    ----------
+    data : ndarray
+        Intensities; values outside ``usable`` are ignored (they may be NaN).
+    usable : ndarray of bool
+        Finite voxels to look at.
+    """
+    coarse = (slice(None, None, 7),) * data.ndim
+    sample = data[coarse][usable[coarse]]
+    if sample.size and sample.min() != sample.max():
+        return None
+    values = data[usable]
+    if values.size == 0:
+        return None
+    lowest, highest = values.min(), values.max()
+    return float(lowest) if lowest == highest else None
+
+
 @stage("sanitize", SanitizeParams)
 def sanitize(volume: Volume, params: SanitizeParams) -> StageOutput:
     """Count and fill NaN, +/-Inf and extreme voxels; mark them invalid.
@@ -291,7 +355,9 @@ def sanitize(volume: Volume, params: SanitizeParams) -> StageOutput:
     Raises
     ------
     StageError
-        When the invalid fraction exceeds ``params.max_invalid_fraction``.
+        When the invalid fraction exceeds ``params.max_invalid_fraction``, or when every
+        usable voxel holds the same value (a dead or empty scan: nothing downstream can
+        normalise or register it).
     """
     findings = find_unusable(volume.data, params)
     replaced = findings.replaced
@@ -308,6 +374,16 @@ def sanitize(volume: Volume, params: SanitizeParams) -> StageOutput:
             f"max_invalid_fraction={params.max_invalid_fraction:g}; a scan this corrupt "
             "would skew training statistics: exclude or re-acquire it, or raise the "
             "limit in the pipeline if this is expected",
+            volume.name,
+        )
+    level = constant_level(volume.data, valid)
+    if level is not None:
+        which = "voxel" if n_replaced == 0 and volume.valid.all() else "usable voxel"
+        raise StageError(
+            "sanitize",
+            f"the image is constant (every {which} = {level!r}): a dead or empty scan "
+            "holds no anatomy to normalise or register; check the acquisition or the "
+            "export (dead coil, blank series, wrong file) and exclude the subject",
             volume.name,
         )
 

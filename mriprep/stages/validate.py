@@ -13,6 +13,7 @@ import numpy as np
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
+from mriprep.stages.intensity import label_values
 from mriprep.volume import Volume
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -125,8 +126,7 @@ def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
             "applied; add a resample step after register"
         )
     if volume.label is not None and params.allowed_labels is not None:
-        present = np.unique(volume.label)
-        unexpected = sorted(set(present.tolist()) - set(params.allowed_labels))
+        unexpected = sorted(set(label_values(volume.label)) - set(params.allowed_labels))
         if unexpected:
             problems.append(
                 f"label values: {unexpected[:10]} not in the allowed set "
@@ -164,5 +164,5 @@ def validate(volume: Volume, params: ValidateParams) -> StageOutput:
         "spacing": [round(s, 6) for s in volume.spacing],
     }
     if volume.label is not None:
-        metrics["label_values"] = np.unique(volume.label).tolist()
+        metrics["label_values"] = label_values(volume.label)
     return StageOutput(volume, metrics, [])

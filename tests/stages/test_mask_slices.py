@@ -15,6 +15,8 @@ import pytest
 
 from mriprep.errors import PipelineConfigError
 from mriprep.stages import get_stage
+from mriprep.stages import mask_slices as mask_slices_module
+from mriprep.stages.intensity import robust_threshold
 from mriprep.stages.mask_slices import MaskSlicesParams, artifact_axes, mask_slices
 from mriprep.stages.sanitize import sanitize
 from mriprep.volume import Volume
@@ -205,11 +207,61 @@ def test_earlier_invalid_voxels_stay_invalid(iso):
 
 
 def test_a_dead_volume_is_all_constant_slices_and_a_warning(iso):
+    # Straight from the loader: sanitize would refuse it (see test_sanitize).
     dead = iso.replace(data=np.full(iso.shape, 100.0, dtype=np.float32))
-    out = mask_slices(sanitize(dead))
+    out = mask_slices(dead)
     assert not out.valid.any()
     assert _flagged(out)[1]["incomplete"][60] == "constant"
     assert any("check the scan" in w for w in out.record_of("mask_slices").warnings)
+
+
+def _plain_log_ratio(x, foreground, s, a, b, wa):
+    """The interior-slice log-ratio score written the direct way (np.median of logs)."""
+    common = foreground[a] & foreground[b]
+    if common.sum() < 500:
+        return None
+    log_ab = np.log(x[a][common] / x[b][common])
+    offset = float(np.median(log_ab))
+    offset = 0.0 if abs(offset) < np.log(1.5) else offset
+    comparable = common.copy()
+    comparable[common] = np.abs(log_ab - offset) < 0.1
+    if comparable.sum() < 500:
+        return None
+    predicted = wa * x[a][comparable].astype(np.float64) + (1 - wa) * x[b][comparable]
+    return float(np.median(np.log(np.clip(x[s][comparable] / predicted, 1e-3, 1e3))))
+
+
+def test_fast_scores_equal_the_direct_formula(iso):
+    """The scoring shortcuts (counting instead of a median, logs of the middle values
+    only, index gathers) change no score: equal to the direct formula, bit for bit,
+    on a clean head and next to a x4 spike and a x0.4 dropout."""
+    volume = _planted(_planted(iso, 1, 40, lambda s: s * 4.0), 1, 47, lambda s: s * 0.4)
+    threshold = robust_threshold(volume.data)
+    prepared = mask_slices_module._prepare(volume.data, np.ones(volume.shape, bool), threshold)
+    stack = mask_slices_module._stack(prepared, 1)
+    x, foreground = stack.x, stack.foreground
+    scored = 0
+    for s in range(1, stack.n - 1):
+        fast = mask_slices_module._log_ratio_score(stack, s, set())
+        assert fast == _plain_log_ratio(x, foreground, s, s - 1, s + 1, 0.5), s
+        scored += fast is not None
+    assert scored > 60
+    for values in (np.log(np.linspace(0.5, 2.5, 1001)), np.log(np.linspace(0.3, 1.4, 1000)),
+                   np.full(999, np.log(1.5), dtype=np.float32)):
+        median = float(np.median(values))
+        expected = median if abs(median) >= np.log(1.5) else 0.0
+        assert mask_slices_module._neighbour_offset(values) == expected
+
+
+def test_slice_statistics_shared_across_axes_equal_the_per_axis_ones(iso):
+    volume = _planted(iso, 0, 20, lambda s: np.zeros_like(s))  # a zero slice counts
+    usable = np.ones(volume.shape, dtype=bool)
+    shared = mask_slices_module._slice_profiles(volume.data, usable)
+    for axis in range(3):
+        alone = mask_slices_module._slice_profile(volume.data, usable, axis)
+        for name in ("invalid_fraction", "zero_fraction", "lowest", "highest", "has_values"):
+            np.testing.assert_array_equal(getattr(shared[axis], name), getattr(alone, name))
+    assert shared[0].zero_fraction[20] == 1.0
 
 
 def test_invalid_parameters_are_refused():

@@ -11,7 +11,8 @@ import pytest
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import get_stage
-from mriprep.stages.intensity import foreground_mask
+from mriprep.stages import intensity
+from mriprep.stages.intensity import foreground_mask, percentiles
 from mriprep.stages.normalize import NormalizeParams, normalize
 from mriprep.stages.sanitize import sanitize
 from mriprep.volume import Volume
@@ -134,11 +135,37 @@ def test_a_volume_with_no_valid_voxel_is_refused(head):
 
 
 def test_a_dead_volume_masked_by_mask_slices_is_reported_as_constant(head):
-    dead = sanitize(head.replace(data=np.full(head.shape, 7.0, dtype=np.float32)))
+    # sanitize refuses a constant image itself (see test_sanitize); straight from the
+    # loader, mask_slices marks it invalid and normalize must still name the value.
+    dead = head.replace(data=np.full(head.shape, 7.0, dtype=np.float32))
     masked = get_stage("mask_slices")(dead)
     assert not masked.valid.any()
     with pytest.raises(StageError, match=r"constant \(every finite voxel is 7\)"):
         normalize(masked)
+
+
+@pytest.mark.parametrize("bracket_sigmas", [6.0, 0.0])
+def test_percentiles_are_numpys_bit_for_bit(head, monkeypatch, bracket_sigmas):
+    """The sampled brackets only save time: with no margin at all (every rank falls
+    outside its bracket and the full partition runs) the values are the same."""
+    monkeypatch.setattr(intensity, "_BRACKET_SIGMAS", bracket_sigmas)
+    q = [0.0, 0.5, 2.0, 25.0, 50.0, 75.0, 98.0, 99.5, 100.0, 37.3]
+    coarse = np.round(head.data / 50.0).astype(np.float32)  # many ties
+    for values in (head.data, head.data[head.valid], coarse, head.data[:3, :4, :5]):
+        for method in ("linear", "lower"):
+            expected = np.percentile(values.astype(np.float64), q, method=method)
+            np.testing.assert_array_equal(percentiles(values, q, method), expected)
+
+
+def test_conform_is_the_float64_formula_up_to_float32_rounding(head):
+    out = normalize(head, mode="conform")
+    metrics = out.record_of("normalize").metrics
+    low, high = metrics["clip_range"]
+    values = head.data.astype(np.float64)
+    expected = (np.clip(values, low, high) - low) * (255.0 / (high - low))
+    np.testing.assert_allclose(out.data, expected, rtol=0, atol=4e-5)
+    assert metrics["clipped_low"] == int(np.count_nonzero(values < low))
+    assert metrics["clipped_high"] == int(np.count_nonzero(values > high))
 
 
 def test_invalid_parameters_are_refused():

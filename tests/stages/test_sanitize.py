@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.io import load_volume
 from mriprep.stages import get_stage
-from mriprep.stages.sanitize import FLOAT16_MAX, SanitizeParams, robust_limits, sanitize
+from mriprep.stages.sanitize import (
+    FLOAT16_MAX,
+    SanitizeParams,
+    constant_level,
+    fill_local,
+    robust_limits,
+    sanitize,
+)
 from mriprep.volume import Volume
 
 STRATEGIES = ("zero", "mean", "median", "local")
@@ -188,6 +195,70 @@ def test_limits_come_from_the_bulk_not_the_outliers(head):
 def test_nothing_finite_means_no_limits():
     data = np.full((4, 4, 4), np.nan, dtype=np.float32)
     assert robust_limits(data, np.isfinite(data), 20.0) == (-np.inf, np.inf)
+
+
+@pytest.mark.parametrize("level", [100.0, 0.0, -3.5])
+def test_a_constant_image_fails_here_naming_its_value_and_the_fix(head, level):
+    dead = head.replace(data=np.full(head.shape, level, dtype=np.float32))
+    with pytest.raises(StageError) as info:
+        sanitize(dead)
+    err = info.value
+    assert err.stage == "sanitize" and err.subject == "template-head"
+    assert f"the image is constant (every voxel = {level!r})" in err.reason
+    assert "dead or empty scan" in err.reason
+    assert "check the acquisition or the export" in err.reason
+
+
+def test_a_constant_image_with_filled_holes_is_still_constant(head):
+    data = np.full(head.shape, 100.0, dtype=np.float32)
+    data[_ball(head.shape, (53, 62, 51), 3)] = np.nan
+    data[5, 5, 5] = 1e30
+    with pytest.raises(StageError, match=r"every usable voxel = 100\.0"):
+        sanitize(head.replace(data=data))
+
+
+def test_one_differing_voxel_off_the_coarse_grid_is_not_constant(head):
+    # (3, 4, 5) is not on the 7-voxel grid the quick look samples: the full check runs.
+    data = np.full(head.shape, 100.0, dtype=np.float32)
+    data[3, 4, 5] = 101.0
+    assert constant_level(data, np.ones(head.shape, dtype=bool)) is None
+    out = sanitize(head.replace(data=data))
+    assert out.valid.all() and out.data[3, 4, 5] == 101.0
+    # Only the usable voxels count: masking the odd one out leaves a constant image.
+    usable = np.ones(head.shape, dtype=bool)
+    usable[3, 4, 5] = False
+    assert constant_level(data, usable) == 100.0
+
+
+def test_local_fill_in_small_boxes_equals_one_whole_volume_convolution(head):
+    """Scattered targets are filled box by box; each value only needs its kernel's reach,
+    so it must equal the normalised convolution of the whole volume, bit for bit."""
+    from scipy import ndimage
+
+    targets = np.zeros(head.shape, dtype=bool)
+    targets[_brain_points(head, 12, seed=7)] = True  # scattered: one box each
+    targets[_ball(head.shape, (30, 40, 50), 2)] = True  # a blob: one box
+    targets[0, 0, 0] = True  # at the border, where the kernel leaves the volume
+    known = ~targets
+    sigma = np.array([1.0, 1.5, 1.0])
+    values = np.where(known, head.data, 0.0).astype(np.float64)
+    numerator = ndimage.gaussian_filter(values, sigma, mode="constant")
+    denominator = ndimage.gaussian_filter(known.astype(np.float64), sigma, mode="constant")
+    expected = numerator[targets] / denominator[targets]
+    np.testing.assert_array_equal(fill_local(head.data, known, targets, sigma), expected)
+
+
+def test_demo_dead_volume_fails_at_sanitize(demo_cohort):
+    dead = [sid for sid, t in demo_cohort.subjects.items()
+            if any(d["kind"] == "dead_volume" for d in t["defects"])]
+    assert dead
+    for subject_id in dead:
+        volume = load_volume(demo_cohort.image_path(subject_id), subject_id=subject_id)
+        level = float(volume.data.flat[0])
+        with pytest.raises(StageError) as info:
+            sanitize(volume)
+        assert info.value.stage == "sanitize" and info.value.subject == subject_id
+        assert f"the image is constant (every voxel = {level!r})" in info.value.reason
 
 
 def test_invalid_parameters_are_refused():

@@ -128,6 +128,17 @@ def test_every_broken_invariant_is_reported_at_once(output):
     assert "finite:" in reason and "shape:" in reason
 
 
+@pytest.mark.parametrize("values", [(0, 1, 2, 3), (0, 3), (-2, 5, 7), (0, 17, 2035)])
+def test_label_values_are_np_unique(output, values):
+    from mriprep.stages.intensity import label_values
+
+    rng = np.random.default_rng(len(values))
+    label = np.asarray(values, dtype=np.int16)[rng.integers(0, len(values), output.shape)]
+    assert label_values(label) == np.unique(label).tolist()
+    out = validate(output.replace(label=label))
+    assert out.record_of("validate").metrics["label_values"] == sorted(set(values))
+
+
 def test_invalid_parameters_are_refused():
     with pytest.raises(PipelineConfigError, match="expected_spacing must be positive"):
         ValidateParams(expected_spacing=(1.0, 0.0, 1.0))
