@@ -259,7 +259,7 @@ def run_stages(
 def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
     """The arrays to cache: image in ``output_dtype``, ``valid`` as bool, label int16."""
     with np.errstate(over="ignore", invalid="ignore"):
-        image = volume.data.astype(output_dtype)
+        image = volume.data.astype(output_dtype, copy=False)
     bad = int(np.count_nonzero(~np.isfinite(image)))
     if bad:
         peak = float(np.nanmax(np.abs(volume.data))) if np.isfinite(volume.data).any() else np.nan
@@ -268,7 +268,7 @@ def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
             f"{bad} image values are not finite in {output_dtype} (largest |value| "
             f"{peak:.3g}); add a 'normalize' step or set output_dtype: float32",
         )
-    tensors = {"image": image, "valid": volume.valid.astype(bool)}
+    tensors = {"image": image, "valid": volume.valid}
     if volume.label is not None:
         label = volume.label
         if label.size and (label.min() < _INT16.min or label.max() > _INT16.max):
@@ -277,7 +277,7 @@ def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
                 f"label values {int(label.min())}..{int(label.max())} do not fit int16; "
                 "relabel the map to values below 32768",
             )
-        tensors["label"] = label.astype(np.int16)
+        tensors["label"] = label.astype(np.int16, copy=False)
     return tensors
 
 
