@@ -503,16 +503,22 @@ def _execute_on_client(client, tasks, keys, pipeline, cache_root, force, threads
     """One future per subject on a dask.distributed client, collected as they finish."""
     from dask.distributed import as_completed
 
-    futures = client.map(
-        process_subject,
-        tasks,
-        pipeline=pipeline,
-        cache_root=cache_root,
-        force=force,
-        threads=threads,
-        key=keys,
-        pure=False,
-    )
+    # Largest inputs first (longest-processing-time-first): a big subject started last
+    # would leave the other workers idle at the end of the run. Results keep manifest order.
+    order = largest_first(tasks)
+    futures = [None] * len(tasks)
+    for rank, i in enumerate(order):
+        futures[i] = client.submit(
+            process_subject,
+            tasks[i],
+            pipeline=pipeline,
+            cache_root=cache_root,
+            force=force,
+            threads=threads,
+            key=keys[i],
+            pure=False,
+            priority=len(order) - rank,
+        )
     position = {future.key: i for i, future in enumerate(futures)}
     for future in as_completed(futures, loop=client.loop):
         i = position[future.key]
@@ -522,6 +528,18 @@ def _execute_on_client(client, tasks, keys, pipeline, cache_root, force, threads
             result = _lost_result(tasks[i], exc)
         collect(i, result)
         future.release()
+
+
+def largest_first(tasks: list[SubjectTask]) -> list[int]:
+    """Task positions by decreasing input file size (a cheap proxy for work), stable."""
+
+    def size(task: SubjectTask) -> int:
+        try:
+            return os.path.getsize(task.image)
+        except OSError:
+            return 0  # a missing file fails at once: it costs nothing
+
+    return sorted(range(len(tasks)), key=lambda i: (-size(tasks[i]), i))
 
 
 def _execute_local(scheduler, workers, tasks, keys, pipeline, cache_root, force, threads,

@@ -115,7 +115,12 @@ def local_client(workers: int, threads: int = 1):
 
     # A subject that kills its worker (OOM, segfault) is retried once, then reported:
     # such crashes are nearly always deterministic, and each retry restarts a worker.
-    config = {"distributed.scheduler.allowed-failures": LOCAL_RETRIES}
+    # A worker holds only the subject it is running (saturation 1.0, no queued task):
+    # when one subject kills its worker, no innocent neighbour is blamed for the crash.
+    config = {
+        "distributed.scheduler.allowed-failures": LOCAL_RETRIES,
+        "distributed.scheduler.worker-saturation": 1.0,
+    }
     with dask.config.set(config), LocalCluster(
         n_workers=workers,
         threads_per_worker=1,
