@@ -35,6 +35,23 @@ Validity
     recursive and reaches further, decaying by a factor 0.27 per voxel; filled voxels hold
     plausible finite values (the sanitize stage's local fill), so that tail is harmless.
 
+Snapping onto the input's lattice (a design decision)
+    Without a pending registration, when the target grid has the input's axes (3x3
+    parts of the affines equal within 1e-6 relative, as after the reorient stage) and
+    the target spacing equals the input's (within 1e-6 relative), the target origin is
+    moved to the input lattice position nearest to the centred one, and the output is
+    an integer crop/pad of the input: data, label and validity copied exactly, padded
+    voxels invalid with data 0 and label 0. Centring a 256^3 grid on a field of view of
+    the other shape parity puts every output voxel half a voxel between two input
+    voxels, and linear interpolation there averages neighbours: it would blur an
+    already-conformed 1 mm scan for no gain, cost ~0.3 s per subject, and lose
+    exactness. The snap moves the grid by at most half a voxel per axis (recorded as
+    ``grid_shift_mm``, along each output voxel axis), a shift FastSurfer's own conform
+    would have interpolated; MONAI's Spacingd no-op plus ResizeWithPadOrCrop crops and
+    pads the same way. The output affine is the input's, translated by whole voxels, so
+    each copied voxel keeps its world position exactly. Any other case (a registration,
+    a change of spacing, oblique target axes) takes the paths below unchanged.
+
 When the map sends every output voxel exactly onto an input voxel (same grid, axis
 flips, whole-voxel shifts; within 1e-9 voxel), values are copied, not interpolated: the
 same grid returns the input bit for bit (NaN on invalid voxels, which ``linear`` accepts,
@@ -76,6 +93,9 @@ _INSIDE_TOLERANCE = 1e-6
 _TOUCH_WEIGHT = 1e-6
 # A map whose entries are this close to integers is an exact voxel-to-voxel map.
 _INDEX_MAP_TOLERANCE = 1e-9
+# Relative tolerance within which the target grid's axes and spacing equal the input's,
+# so that the grid is snapped onto the input's lattice (see module doc).
+_SAME_LATTICE_TOLERANCE = 1e-6
 # Output voxels processed at a time: bounds the memory of coordinates and label scores.
 _CHUNK_VOXELS = 1 << 20
 
@@ -170,6 +190,80 @@ def target_grid(
     return tuple(int(s) for s in new_shape), new_affine
 
 
+def snap_to_input_lattice(
+    in_affine: np.ndarray, in_spacing, out_affine: np.ndarray, spacing
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Move a target grid with the input's axes and spacing onto the input's lattice.
+
+    Parameters
+    ----------
+    in_affine : ndarray, shape (4, 4)
+        Input voxel-to-world affine.
+    in_spacing : sequence of 3 floats
+        Input voxel size (mm).
+    out_affine : ndarray, shape (4, 4)
+        Target grid's affine (e.g. from :func:`target_grid`).
+    spacing : sequence of 3 floats
+        Target voxel size (mm).
+
+    Returns
+    -------
+    (affine, shift_mm) or None
+        The input's affine translated by the whole number of voxels nearest to the
+        target's origin, and how far that moved the grid along each output voxel axis
+        (mm, at most half a voxel each); None when the axes or spacings differ (within
+        1e-6 relative), so that the grids cannot share a lattice.
+
+    Examples
+    --------
+    >>> centred = np.eye(4)
+    >>> centred[:3, 3] = (-0.5, 3.25, 7.0)
+    >>> affine, shift = snap_to_input_lattice(np.eye(4), (1, 1, 1), centred, (1, 1, 1))
+    >>> affine[:3, 3].tolist(), shift.tolist()
+    ([0.0, 3.0, 7.0], [0.5, -0.25, 0.0])
+    """
+    in_affine = np.asarray(in_affine, dtype=np.float64)
+    out_affine = np.asarray(out_affine, dtype=np.float64)
+    in_spacing = np.asarray(in_spacing, dtype=np.float64)
+    spacing = np.asarray(spacing, dtype=np.float64)
+    tolerance = _SAME_LATTICE_TOLERANCE
+    if np.any(np.abs(spacing - in_spacing) > tolerance * in_spacing):
+        return None
+    in_linear = in_affine[:3, :3]
+    if np.abs(out_affine[:3, :3] - in_linear).max() > tolerance * np.abs(in_linear).max():
+        return None
+    origin = np.linalg.solve(in_linear, out_affine[:3, 3] - in_affine[:3, 3])
+    whole = np.rint(origin)
+    snapped = in_affine.copy()
+    snapped[:3, 3] = in_linear @ whole + in_affine[:3, 3]
+    return snapped, (whole - origin) * in_spacing
+
+
+def _crop_or_pad(
+    volume: Volume, data: np.ndarray, offset: np.ndarray, out_shape: tuple[int, int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
+    """Output voxel ``v`` is input voxel ``v + offset`` (whole voxels): an exact copy,
+    padded with invalid voxels (data 0, label 0). Same returns as :func:`_resample_arrays`.
+    """
+    in_box, out_box = [], []
+    for start, n_in, n_out in zip(offset.astype(int), volume.shape, out_shape):
+        lo, hi = max(0, -start), min(n_out, n_in - start)
+        hi = max(hi, lo)
+        out_box.append(slice(lo, hi))
+        in_box.append(slice(lo + start, hi + start))
+    in_box, out_box = tuple(in_box), tuple(out_box)
+    image = np.zeros(out_shape, dtype=np.float32)
+    valid = np.zeros(out_shape, dtype=bool)
+    image[out_box] = data[in_box]
+    valid[out_box] = volume.valid[in_box]
+    label = None
+    if volume.label is not None:
+        label = np.zeros(out_shape, dtype=volume.label.dtype)
+        label[out_box] = volume.label[in_box]
+    outside = int(np.prod(out_shape)) - int(np.prod([s.stop - s.start for s in out_box]))
+    return image, valid, label, outside
+
+
 def anisotropic_axis(spacing, threshold: float) -> int | None:
     """The thick axis of an anisotropic grid (largest/smallest spacing > threshold)."""
     spacing = np.asarray(spacing, dtype=np.float64)
@@ -194,11 +288,12 @@ class _Kernel:
     """How the image is interpolated: exact copy, trilinear, cubic, or cubic in-plane
     with linear along ``thick_axis``."""
 
-    kind: Literal["copy", "linear", "cubic", "cubic_inplane"]
+    kind: Literal["crop_pad", "copy", "linear", "cubic", "cubic_inplane"]
     thick_axis: int | None = None
 
     def describe(self) -> str:
         return {
+            "crop_pad": "exact copy, integer crop/pad (grid snapped to the input lattice)",
             "copy": "exact copy (voxel centres coincide)",
             "linear": "trilinear",
             "cubic": "cubic B-spline",
@@ -583,7 +678,9 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         ``spacing`` and ``affine``, the ``grid`` source (``"template"`` or
         ``"spacing"``), the ``kernel`` used, ``anisotropic_axis``, the
         ``invalid_fraction`` of the output and the share ``outside_fraction`` that lies
-        outside the input's field of view, and ``label_values``.
+        outside the input's field of view, ``label_values``, and ``grid_shift_mm``: how
+        far the grid was snapped onto the input's lattice along each output axis (None
+        when it was not, see module doc).
 
     Raises
     ------
@@ -592,6 +689,7 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
     """
     data = _finite_data(volume, params)
     pending = volume.pending
+    snap = None
     if pending is not None:
         out_shape, out_affine = pending.target_shape, pending.target_affine
         world_map = pending.template_to_subject
@@ -600,11 +698,16 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         out_shape, out_affine = target_grid(
             volume.affine, volume.shape, params.spacing, params.shape
         )
+        snap = snap_to_input_lattice(volume.affine, volume.spacing, out_affine, params.spacing)
+        if snap is not None:
+            out_affine = snap[0]
         world_map = np.eye(4)
         grid_source = "spacing"
     vox_map = np.linalg.inv(volume.affine) @ world_map @ out_affine
     thick = anisotropic_axis(volume.spacing, params.anisotropy_threshold)
-    if _index_map(vox_map):
+    if snap is not None:
+        kernel = _Kernel("crop_pad")
+    elif _index_map(vox_map):
         vox_map = np.rint(vox_map)
         kernel = _Kernel("copy")
     elif params.interpolation == "linear":
@@ -614,7 +717,12 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
     else:
         kernel = _Kernel("cubic")
     sources = _axis_aligned(vox_map, out_shape) if kernel.kind in ("copy", "linear") else None
-    if sources is not None:
+    if snap is not None:
+        # The snapped affine is the input's translated by whole voxels: the map is the
+        # identity plus that translation, up to round-off.
+        offset = np.rint(vox_map[:3, 3])
+        data, valid, label, outside = _crop_or_pad(volume, data, offset, out_shape)
+    elif sources is not None:
         data, valid, label, outside = _resample_axis_aligned(
             volume, data, vox_map, out_shape, sources, params.label_interpolation
         )
@@ -634,5 +742,6 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         "invalid_fraction": invalid_fraction,
         "outside_fraction": outside / valid.size,
         "label_values": None if label is None else label_values(label),
+        "grid_shift_mm": None if snap is None else [float(x) for x in snap[1]],
     }
     return StageOutput(out, metrics)
