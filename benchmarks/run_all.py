@@ -35,8 +35,19 @@ def _sections(cohort: Path, work: Path, subjects: int) -> dict:
         "slices": lambda: bench_slices.main([str(cohort)]),
         "runner": lambda: bench_runner.main(["--work-dir", str(work / "runner")]),
         "loader": lambda: bench_loader.main([]),
-        "check": lambda: bench_check.main([]),
+        "check": lambda: _check_section(work),
     }
+
+
+def _check_section(work: Path) -> int:
+    """The check's read speed on the demo cache (left by the runner section), then on a
+    cache of template-sized volumes, and how the index checks scale."""
+    demo_cache = work / "runner" / "scaling-2"
+    if (demo_cache / "index.json").exists():
+        print(f"demo cache ({demo_cache}):")
+        bench_check.main(["--cache", str(demo_cache), "--sizes", ""])
+        print("template-sized synthetic cache, and index scaling:")
+    return bench_check.main([])
 
 
 def main(argv: list[str] | None = None) -> int:
