@@ -32,7 +32,7 @@ import numpy as np
 
 from mriprep import check as chk
 from mriprep.integrity.tensors import block_edges
-from mriprep.cache import Cache, checksum_file, summary_of
+from mriprep.cache import Cache, checksum_file, file_record, summary_of
 
 PIPELINE = hashlib.sha256(b"bench pipeline").hexdigest()
 SPLITS = ("train", "train", "train", "train", "train", "train", "train", "train", "val", "test")
@@ -277,13 +277,7 @@ def build_small_cache(root: Path, n: int, side: int = 16) -> Path:
         for name, array in (("image", noisy), ("valid", valid), ("label", label)):
             path = folder / f"{name}.npy"
             np.save(path, np.ascontiguousarray(array), allow_pickle=False)
-            files[name] = {
-                "file": path.name,
-                "dtype": str(array.dtype),
-                "shape": list(array.shape),
-                "bytes": path.stat().st_size,
-                "xxh3_128": checksum_file(path),
-            }
+            files[name] = file_record(path, array)
         meta = {
             **_meta(subject, affine, image.shape),
             "format_version": 1,

@@ -87,6 +87,16 @@ def checksum_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def file_record(path: Path, array: np.ndarray | None = None) -> dict[str, Any]:
+    """How the sidecar lists one file of an entry: name, size, checksum (and for a
+    tensor, its dtype and shape)."""
+    record: dict[str, Any] = {"file": path.name}
+    if array is not None:
+        record.update(dtype=str(array.dtype), shape=list(array.shape))
+    record.update(bytes=path.stat().st_size, xxh3_128=checksum_file(path))
+    return record
+
+
 def entry_key(
     subject_id: str, session_id: str, input_hashes: dict[str, str], pipeline_hash: str
 ) -> str:
@@ -259,13 +269,7 @@ class Cache:
                     np.save(fh, array, allow_pickle=False)
                     fh.flush()
                     os.fsync(fh.fileno())
-                files[name] = {
-                    "file": path.name,
-                    "dtype": str(array.dtype),
-                    "shape": list(array.shape),
-                    "bytes": path.stat().st_size,
-                    "xxh3_128": checksum_file(path),
-                }
+                files[name] = file_record(path, array)
             extras = {}
             for name, content in extra_files.items():
                 path = tmp / name
@@ -273,11 +277,7 @@ class Cache:
                     fh.write(content.encode() if isinstance(content, str) else content)
                     fh.flush()
                     os.fsync(fh.fileno())
-                extras[name] = {
-                    "file": name,
-                    "bytes": path.stat().st_size,
-                    "xxh3_128": checksum_file(path),
-                }
+                extras[name] = file_record(path)
             full_meta = dict(jsonable(meta))
             full_meta.update(format_version=FORMAT_VERSION, key=key, files=files)
             if extras:
