@@ -40,13 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mriprep {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"mriprep.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"mriprep.commands.{name}":
-                raise
-            continue  # command not built yet
-        module.add_parser(sub)
+        importlib.import_module(f"mriprep.commands.{name}").add_parser(sub)
     return parser
 
 
