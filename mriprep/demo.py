@@ -161,16 +161,11 @@ def _template_anatomy() -> _Anatomy:
 
 def random_rigid(rng: np.random.Generator) -> np.ndarray:
     """A random rigid 4x4 (RAS mm): rotations within ±10°, translations within ±10 mm."""
-    angles = np.deg2rad(rng.uniform(-MAX_ROTATION_DEG, MAX_ROTATION_DEG, size=3))
-    cx, cy, cz = np.cos(angles)
-    sx, sy, sz = np.sin(angles)
-    rx = np.array([[1, 0, 0], [0, cx, -sx], [0, sx, cx]])
-    ry = np.array([[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]])
-    rz = np.array([[cz, -sz, 0], [sz, cz, 0], [0, 0, 1]])
-    matrix = np.eye(4)
-    matrix[:3, :3] = rz @ ry @ rx
-    matrix[:3, 3] = rng.uniform(-MAX_TRANSLATION_MM, MAX_TRANSLATION_MM, size=3)
-    return matrix
+    from mriprep.registration.geometry import rigid_matrix
+
+    angles = rng.uniform(-MAX_ROTATION_DEG, MAX_ROTATION_DEG, size=3)
+    translation = rng.uniform(-MAX_TRANSLATION_MM, MAX_TRANSLATION_MM, size=3)
+    return rigid_matrix(angles, translation)
 
 
 def _subject_grid(anatomy: _Anatomy, template_to_subject: np.ndarray, spacing) -> tuple:

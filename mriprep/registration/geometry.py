@@ -14,6 +14,19 @@ from nibabel.affines import voxel_sizes
 RAS_TO_LPS = np.diag([-1.0, -1.0, 1.0, 1.0])
 
 
+def rigid_matrix(angles_deg, translation_mm) -> np.ndarray:
+    """A 4x4 rigid transform: rotations about x, then y, then z (degrees), then a
+    translation (mm)."""
+    ax, ay, az = np.deg2rad(np.asarray(angles_deg, dtype=float))
+    rx = np.array([[1, 0, 0], [0, np.cos(ax), -np.sin(ax)], [0, np.sin(ax), np.cos(ax)]])
+    ry = np.array([[np.cos(ay), 0, np.sin(ay)], [0, 1, 0], [-np.sin(ay), 0, np.cos(ay)]])
+    rz = np.array([[np.cos(az), -np.sin(az), 0], [np.sin(az), np.cos(az), 0], [0, 0, 1]])
+    matrix = np.eye(4)
+    matrix[:3, :3] = rz @ ry @ rx
+    matrix[:3, 3] = translation_mm
+    return matrix
+
+
 def ras_to_lps(matrix: np.ndarray) -> np.ndarray:
     """A RAS+ world 4x4 transform expressed in LPS (the same map; it is its own inverse)."""
     return RAS_TO_LPS @ np.asarray(matrix, dtype=np.float64) @ RAS_TO_LPS

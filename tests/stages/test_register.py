@@ -22,22 +22,11 @@ from mriprep.registration.geometry import (
 from mriprep.registration.template import template_brain_points
 from mriprep.stages.register import RegisterParams, register_volume
 from mriprep.templates import load_template
+from mriprep.registration.geometry import rigid_matrix as rigid
 from mriprep.volume import PendingTransform, Volume
 
 MAX_MEAN_TRE_MM = 0.25
 MAX_MAX_TRE_MM = 0.5
-
-
-def rigid(angles_deg, translation_mm) -> np.ndarray:
-    """A RAS 4x4 rotating about x, y then z (degrees) and translating (mm)."""
-    ax, ay, az = np.deg2rad(angles_deg)
-    rx = np.array([[1, 0, 0], [0, np.cos(ax), -np.sin(ax)], [0, np.sin(ax), np.cos(ax)]])
-    ry = np.array([[np.cos(ay), 0, np.sin(ay)], [0, 1, 0], [-np.sin(ay), 0, np.cos(ay)]])
-    rz = np.array([[np.cos(az), -np.sin(az), 0], [np.sin(az), np.cos(az), 0], [0, 0, 1]])
-    matrix = np.eye(4)
-    matrix[:3, :3] = rz @ ry @ rx
-    matrix[:3, 3] = translation_mm
-    return matrix
 
 
 def moved_head(template_to_subject, spacing=(1.0, 1.0, 1.0), seed=0) -> Volume:

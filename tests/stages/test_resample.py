@@ -10,18 +10,8 @@ from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import get_stage
 from mriprep.stages.resample import _axis_aligned, target_grid
 from mriprep.templates import load_mni152_tissue, load_template
+from mriprep.registration.geometry import rigid_matrix as rotation
 from mriprep.volume import PendingTransform, Volume
-
-
-def rotation(angles_deg, translation_mm) -> np.ndarray:
-    ax, ay, az = np.deg2rad(angles_deg)
-    rx = np.array([[1, 0, 0], [0, np.cos(ax), -np.sin(ax)], [0, np.sin(ax), np.cos(ax)]])
-    ry = np.array([[np.cos(ay), 0, np.sin(ay)], [0, 1, 0], [-np.sin(ay), 0, np.cos(ay)]])
-    rz = np.array([[np.cos(az), -np.sin(az), 0], [np.sin(az), np.cos(az), 0], [0, 0, 1]])
-    matrix = np.eye(4)
-    matrix[:3, :3] = rz @ ry @ rx
-    matrix[:3, 3] = translation_mm
-    return matrix
 
 
 def world_of(shape, affine) -> np.ndarray:
