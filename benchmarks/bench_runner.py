@@ -16,7 +16,10 @@ asserted; the rows are printed and returned.
    NormalizeIntensityd, ResizeWithPadOrCropd to the pipeline's grid when it fixes one
    (256^3 for conform_1mm: both write the same grid), PersistentDataset writing its
    cache). Both run on one thread: ITK, BLAS and OpenMP pools through
-   ``configure_threads(1)``, torch through ``torch.set_num_threads(1)``; each row says so.
+   ``configure_worker(1)``, torch through ``torch.set_num_threads(1)``; each row says so.
+   ``os.sync()`` (untimed) before each side: mriprep fsyncs its entry inside its time,
+   MONAI leaves its writeback to the kernel, and that writeback must not land in the
+   next mriprep measurement.
    Each row also gives mriprep's seconds per stage (``load`` included).
 
 Run: ``python benchmarks/bench_runner.py [--subjects 12] [--workers 1,2]
@@ -46,7 +49,7 @@ from mriprep.runner import (
     run_stages,
     tasks_from_manifest,
 )
-from mriprep.scheduling import configure_threads
+from mriprep.scheduling import configure_worker
 
 GOALS = {"speedup": 1.7, "peak_rss_mb": 2048.0, "overhead": 0.10}
 
@@ -125,7 +128,7 @@ def measure_overhead(
     tasks: list[SubjectTask], pipeline: Pipeline, work_dir: Path
 ) -> list[dict[str, Any]]:
     """The runner's time against the direct loop, both single-threaded in this process."""
-    configure_threads(1)
+    configure_worker(1)
     direct_loop_seconds(tasks[:1], pipeline)  # imports and template loads, not timed
     direct = direct_loop_seconds(tasks, pipeline)
     start = time.perf_counter()
@@ -193,7 +196,7 @@ def measure_conform_vs_monai(
     import torch
 
     # The same single thread for both sides: mriprep's ITK/BLAS/OpenMP pools and torch's.
-    configure_threads(1)
+    configure_worker(1)
     torch.set_num_threads(1)
     reorient, resample = pipeline.params_of("reorient"), pipeline.params_of("resample")
     orientation = reorient.orientation if reorient is not None else "RAS"
@@ -205,7 +208,12 @@ def measure_conform_vs_monai(
     monai_seconds(tasks[0], fresh(work_dir / "monai-warmup"), orientation, shape)
     rows = []
     for task in tasks:
+        # Each side starts on a clean page cache: MONAI's cache files are not fsynced, and
+        # their writeback would otherwise throttle the next mriprep write (measured: its
+        # np.save 0.03 s alone, up to 0.23 s right after a MONAI run). Untimed.
+        os.sync()
         result = process_subject(task, pipeline, cache_root, force=True)
+        os.sync()
         try:
             monai = round(monai_seconds(task, fresh(work_dir / f"monai-{task.subject_id}"),
                                         orientation, shape), 3)

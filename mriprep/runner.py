@@ -48,7 +48,7 @@ from mriprep.progress import ProgressReporter
 from mriprep.reports import STATUSES, summary_json, summary_text, write_reports
 from mriprep.scheduling import (
     SCHEDULERS,
-    configure_threads,
+    configure_worker,
     connect,
     scheduler_client,
     usable_cores,
@@ -60,7 +60,7 @@ from mriprep.volume import Volume, jsonable
 # and older callers still import them from mriprep.runner.
 __all__ = [
     "ProgressReporter", "RunResult", "SCHEDULERS", "SchedulerError", "SubjectTask",
-    "configure_threads", "connect", "process_subject", "run_cohort", "run_stages",
+    "configure_worker", "connect", "process_subject", "run_cohort", "run_stages",
     "summary_json", "summary_text", "tasks_from_manifest",
 ]
 
@@ -144,7 +144,7 @@ def process_subject(
     result = _failed_result(task, worker=f"{socket.gethostname()}:{os.getpid()}")
     progress = _Progress("load")
     try:
-        configure_threads(threads)
+        configure_worker(threads)
         _process(task, pipeline, Cache(cache_root), force, result, progress)
     except StageError as exc:
         result.update(status="failed", stage=exc.stage, reason=exc.reason)

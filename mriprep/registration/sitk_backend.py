@@ -76,7 +76,7 @@ def pin_sitk_threads(threads: int) -> None:
 
     Parts of ITK's registration (the metric's threader) use the global count, not the
     registration method's: with the method at 1 thread and the global at 2, repeated
-    runs differed in the last bits. Like the runner's ``configure_threads``, this pins
+    runs differed in the last bits. Like the runner's ``configure_worker``, this pins
     the process-wide value instead of restoring it, so that concurrent tasks of a
     threaded scheduler never see another task's value mid-run.
     """

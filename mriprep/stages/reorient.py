@@ -8,6 +8,15 @@ A pending registration transform is expressed in world coordinates and needs no 
 The closest canonical axes of an oblique affine are chosen as nibabel does
 (:func:`nibabel.orientations.io_orientation`); the obliquity itself stays in the affine,
 because removing it would need an interpolation.
+
+Nothing is copied: the arrays come out as strided views of the input, and where the
+stage sits decides who pays for the reordering. Right before ``resample`` (as in
+``conform_1mm``) it is free, because resampling writes a new grid anyway. First in a
+pipeline (as in ``t1w_mni_rigid``, so that every stage's report counts axes in RAS
+order), flipped axes cost nothing, but permuted ones make every later pass walk the
+views across memory (a 1 mm scan from RAS to LIA: sanitize 0.09 -> 0.20 s, mask_slices
+0.29 -> 0.42 s, where a copy would cost 0.06 s). No stage needs a particular
+orientation: they work in world coordinates or treat every axis alike.
 """
 
 from __future__ import annotations
@@ -72,7 +81,7 @@ def reorient_arrays(
     Returns
     -------
     arrays : list of ndarray
-        The reordered arrays, contiguous, same dtypes and bits as the input.
+        The reordered arrays: views of the input (no voxel copied), same dtypes and bits.
     affine : ndarray, shape (4, 4)
         The affine of the reordered grid: every voxel keeps its world position.
 
@@ -89,9 +98,7 @@ def reorient_arrays(
     current = orientations.io_orientation(affine)
     target = orientations.axcodes2ornt(tuple(orientation))
     transform = orientations.ornt_transform(current, target)
-    moved = [
-        np.ascontiguousarray(orientations.apply_orientation(a, transform)) for a in arrays
-    ]
+    moved = [orientations.apply_orientation(a, transform) for a in arrays]
     new_affine = affine @ orientations.inv_ornt_aff(transform, shape)
     return moved, new_affine
 
