@@ -149,6 +149,16 @@ def test_label_round_trip_as_integers(brain, tmp_path):
     assert vol.record_of("load").metrics["label_file"] == str(label)
 
 
+def test_labels_beyond_int16_load_as_int32(brain, tmp_path):
+    image = save_volume(brain, tmp_path / "img.nii.gz")
+    aseg = brain.label.astype(np.int32) * 20000  # FreeSurfer-style ids reach 14175+
+    path = tmp_path / "aseg.nii.gz"
+    nib.save(nib.Nifti1Image(aseg, brain.affine), path)
+    vol = _load_quietly(image, label_path=path)
+    assert vol.label.dtype == np.int32
+    np.testing.assert_array_equal(vol.label, aseg)
+
+
 def test_nan_is_kept_counted_and_valid_starts_true(brain, tmp_path):
     data = brain.data.copy()
     data[10:14, 10:14, 10:14] = np.nan

@@ -125,8 +125,10 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
             f"{n_nonfinite_valid} valid voxel(s) were not finite and are now invalid; run "
             "the sanitize stage before normalize"
         )
-    # float32 as stored: statistics that need float64 convert one value at a time.
-    values = data[usable]
+    # float32 as stored: statistics that need float64 convert one value at a time. A
+    # clean scan is valid everywhere, and then needs no compressed copy of its voxels.
+    all_usable = bool(usable.all())
+    values = data.reshape(-1) if all_usable else data[usable]
     if values.size == 0:
         levels = np.unique(data[finite])
         if levels.size == 1:
@@ -156,7 +158,8 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
     }
     if params.mode == "zscore":
         if params.mask == "foreground":
-            region = foreground_mask(data, usable)[usable]
+            foreground = foreground_mask(data, usable)
+            region = foreground.reshape(-1) if all_usable else foreground[usable]
         else:
             region = np.ones(values.shape, dtype=bool)
         if not region.any():
@@ -188,7 +191,7 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
     if params.invalid_value is None:
         if not all_finite:
             out[~finite] = 0.0
-    else:
+    elif not all_usable:
         out[~usable] = np.float32(params.invalid_value)
     metrics.update(output_min=float(out.min()), output_max=float(out.max()))
     return StageOutput(volume.replace(data=out, valid=usable), metrics, warnings)

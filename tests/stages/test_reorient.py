@@ -85,3 +85,12 @@ def test_oblique_affine_keeps_its_obliquity(head):
 def test_bad_orientation_is_refused():
     with pytest.raises(PipelineConfigError, match=r"'RAR' must name each of the three"):
         get_stage("reorient").params_type(orientation="RAR")
+
+
+def test_reorienting_copies_no_voxel(head):
+    # The arrays come out as views: the stage costs nothing, and the resample stage after
+    # it (conform_1mm) writes the reordered grid in the pass it needs anyway.
+    out = get_stage("reorient")(head, orientation="LIA")
+    for before, after in ((head.data, out.data), (head.valid, out.valid),
+                          (head.label, out.label)):
+        assert np.shares_memory(before, after)
