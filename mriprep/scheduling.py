@@ -82,8 +82,8 @@ _configured_threads: int | None = None
 
 def configure_worker(threads: int = 1) -> None:
     """Set up this process to run subjects: ITK (SimpleITK, ANTs) and BLAS thread pools
-    pinned to ``threads``, and no huge-page requests from NumPy (see
-    :data:`NUMPY_HUGEPAGE_ENV`).
+    pinned to ``threads``, freed memory kept for reuse (:data:`MALLOC_KEEP_BYTES`) and no
+    huge-page requests from NumPy (:data:`NUMPY_HUGEPAGE_ENV`).
 
     Idempotent and cheap after the first call: every task calls it, because a worker of
     a remote cluster may have been started without the environment variables, and NumPy
