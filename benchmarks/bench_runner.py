@@ -195,7 +195,10 @@ def measure_conform_vs_monai(
             return round(answer, 3) if isinstance(answer, float) else answer
 
         # Warm-up on the first subject: imports and first-call costs are not per-subject.
-        process_subject(tasks[0], pipeline, cache_root, force=True)
+        # Into a cache of its own: the measured run then writes a new entry, as every
+        # other subject does, instead of replacing one.
+        warm_root = str(Cache(fresh(work_dir / "conform-warmup"), create=True).root)
+        process_subject(tasks[0], pipeline, warm_root, force=True)
         monai_shipped(tasks[0])
         monai_here(tasks[0], "monai-tuned")
         for task in tasks:

@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from mriprep.cache import Cache, EntryRef, checksum_file, entry_key, sha256_file
+from mriprep.cache import (
+    Cache,
+    EntryRef,
+    checksum_file,
+    entry_key,
+    file_record,
+    npy_checksum,
+    sha256_file,
+)
 from mriprep.errors import CacheError
 from mriprep.templates import load_template
 
@@ -247,3 +255,19 @@ def test_sha256_file_matches_hashlib(tmp_path, brain):
     path = tmp_path / "vol.npy"
     np.save(path, data)
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("array", [
+    np.linspace(-1, 1, 5 * 6 * 7, dtype=np.float32).reshape(5, 6, 7),
+    np.eye(9, dtype=bool)[None],
+    np.arange(-500, 500, dtype=np.int16).reshape(10, 10, 10),
+    np.zeros((4, 0, 3), dtype=np.float16),
+], ids=["float32", "bool", "int16", "empty-float16"])
+def test_tensor_checksums_from_memory_equal_the_saved_files(array, tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, array, allow_pickle=False)
+    checksum, size = npy_checksum(array)
+    assert (checksum, size) == (checksum_file(path), path.stat().st_size)
+    # A file that is not what np.save wrote for the array is read, never trusted.
+    path.write_bytes(path.read_bytes() + b"\0")
+    assert file_record(path, array)["xxh3_128"] == checksum_file(path)

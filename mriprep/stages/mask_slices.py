@@ -25,6 +25,14 @@ catches structural corruption that a scale factor cannot: ``corr(a, b)`` minus t
 ``corr(a, s)`` and ``corr(s, b)``. Slices are flagged one at a time, worst first, and each
 flagged slice stops serving as a neighbour, so a spike cannot make its neighbours look
 dark.
+
+Scores are computed on an in-plane lattice of about 2 mm (``score_spacing_mm``): every
+second voxel of a 1 mm slice along each in-plane axis. The artifacts scored here span
+the slice. On the demo cohort the 2 mm lattice flags the same slices as the full grid,
+the clean slices' largest scores move by at most 0.003 (log-ratio, limit 0.22) and 0.015
+(correlation deficit, limit 0.2), and a 1 mm head searched along every axis takes 0.16 s
+instead of 0.31 s. Incomplete slices are always judged on every voxel: an exact zero
+must be exact.
 """
 
 from __future__ import annotations
@@ -50,10 +58,10 @@ _NEIGHBOUR_SCALE_OFFSET = float(np.log(1.5))
 # Fewer comparable voxels than this and a slice is not scored: a median over a few
 # hundred voxels grazing the edge of the head is anatomy, not evidence (clean edge slices
 # reach a log-ratio of 0.2 there).
-_MIN_SCORED_VOXELS = 500
+_MIN_SCORED_VOXELS = 500  # counted on the full grid (lattice samples x their area)
 # Correlations need more: over the few hundred voxels of a slice grazing the head they
 # swing by 0.2 on clean data (measured on the demo cohort).
-_MIN_CORRELATION_VOXELS = 1000
+_MIN_CORRELATION_VOXELS = 1000  # likewise
 # A neighbour further than this many slices away predicts too little to be compared: a
 # slice may be judged across one flagged neighbour, not across a slab.
 _MAX_NEIGHBOUR_DISTANCE = 2
@@ -96,6 +104,10 @@ class MaskSlicesParams:
         An artifact score must also lie this many robust standard deviations (1.4826 MAD
         over the slices of the axis) from the median score, so that a scan whose slices
         all vary a lot is judged against its own variation.
+    score_spacing_mm : float
+        Artifact scores use every k-th voxel along each in-plane axis, k the largest whole
+        number with k * spacing <= this (at least 1): a lattice of about this spacing.
+        0 scores every voxel.
     fill : {"none", "neighbours"}
         ``"neighbours"`` replaces flagged slices by linear interpolation between the
         nearest unflagged slices (they stay invalid); ``"none"`` keeps their values.
@@ -108,6 +120,7 @@ class MaskSlicesParams:
     intensity_ratio: float = 1.25
     correlation_deficit: float = 0.2
     z_threshold: float = 5.0
+    score_spacing_mm: float = 2.0
     fill: Literal["none", "neighbours"] = "none"
 
     def __post_init__(self):
@@ -119,6 +132,7 @@ class MaskSlicesParams:
             (self.intensity_ratio > 1.0, "intensity_ratio", "above 1"),
             (0.0 < self.correlation_deficit <= 2.0, "correlation_deficit", "in (0, 2]"),
             (self.z_threshold > 0.0, "z_threshold", "positive"),
+            (self.score_spacing_mm >= 0.0, "score_spacing_mm", "at least 0"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -135,6 +149,7 @@ class AxisFindings:
     incomplete: dict[int, str] = field(default_factory=dict)
     artifacts: dict[int, dict[str, float | None]] = field(default_factory=dict)
     scored: int = 0
+    lattice_step: tuple[int, ...] = ()  # in-plane steps of the scoring lattice
     ratio_center: float = 0.0
     ratio_spread: float = 0.0
     correlation_center: float = 0.0
@@ -153,6 +168,7 @@ class AxisFindings:
             "artifact": {str(i): s for i, s in sorted(self.artifacts.items())},
             "flagged": self.flagged,
             "scored_slices": self.scored,
+            "score_lattice_step": list(self.lattice_step),
             "log_ratio_median": self.ratio_center,
             "log_ratio_spread": self.ratio_spread,
             "correlation_deficit_median": self.correlation_center,
@@ -306,6 +322,7 @@ class _SliceStack:
     usable: np.ndarray  # [n, ...]
     foreground: np.ndarray  # [n, ...]
     all_usable: bool = False  # every voxel usable: ``usable`` need not be consulted
+    voxels_per_sample: int = 1  # full-grid voxels each lattice sample stands for
 
     @property
     def n(self) -> int:
@@ -340,10 +357,19 @@ def _prepare(data, usable, threshold) -> _Prepared:
                      extent=tuple(extent))
 
 
-def _stack(prepared: _Prepared, axis: int) -> _SliceStack:
+def lattice_steps(spacing, axis: int, score_spacing_mm: float) -> tuple[int, int, int]:
+    """Per volume axis, the step of the scoring lattice of slices along ``axis`` (1 along
+    ``axis`` itself: every slice is scored)."""
+    steps = [max(1, int(np.floor(score_spacing_mm / float(s) + 1e-6))) for s in spacing]
+    steps[axis] = 1
+    return tuple(steps)
+
+
+def _stack(prepared: _Prepared, axis: int, steps=(1, 1, 1)) -> _SliceStack:
     # Scores only look at the neighbours' foreground, so the slices can be cropped to
     # its in-plane bounding box: the same scores, at half the cost on a typical head.
-    box = list(prepared.extent)
+    box = [slice(extent.start, extent.stop, step)
+           for extent, step in zip(prepared.extent, steps)]
     box[axis] = slice(None)
     box = tuple(box)
 
@@ -358,6 +384,7 @@ def _stack(prepared: _Prepared, axis: int) -> _SliceStack:
         usable=np.broadcast_to(True, x.shape) if prepared.all_usable else cut(prepared.usable),
         foreground=cut(prepared.foreground),
         all_usable=prepared.all_usable,
+        voxels_per_sample=int(np.prod(steps)),
     )
 
 
@@ -412,7 +439,7 @@ def _ratio_to_prediction(stack: _SliceStack, s: int, a: int, b: int, wa: float) 
         common &= stack.usable[s]
     # Voxel indices, gathered once and then narrowed: cheaper than boolean masks.
     index = np.flatnonzero(common)
-    if index.size < _MIN_SCORED_VOXELS:
+    if index.size * stack.voxels_per_sample < _MIN_SCORED_VOXELS:
         return None
     xa, xb = _flat(stack.x, a).take(index), _flat(stack.x, b).take(index)
     # Foreground voxels are positive, so the log-ratios are defined.
@@ -420,7 +447,7 @@ def _ratio_to_prediction(stack: _SliceStack, s: int, a: int, b: int, wa: float) 
     offset = _neighbour_offset(log_ab)
     comparable = np.abs(log_ab - offset if offset else log_ab) < _NEIGHBOUR_AGREEMENT
     index = index[comparable]
-    if index.size < _MIN_SCORED_VOXELS:
+    if index.size * stack.voxels_per_sample < _MIN_SCORED_VOXELS:
         return None
     predicted = xa[comparable].astype(np.float64)
     predicted *= wa
@@ -465,7 +492,7 @@ def _correlation_deficit(stack: _SliceStack, s: int, excluded: set[int]) -> floa
     if not stack.all_usable:
         region &= stack.usable[s]
     index = np.flatnonzero(region)
-    if index.size < _MIN_CORRELATION_VOXELS:
+    if index.size * stack.voxels_per_sample < _MIN_CORRELATION_VOXELS:
         return None
     # Each slice centred once and its squared norm taken once, for the three pairs.
     pa, ps, pb = (_centred(_flat(stack.x, i).take(index)) for i in (a, s, b))
@@ -522,6 +549,7 @@ def find_artifacts(
     excluded: set[int],
     threshold: float,
     params: MaskSlicesParams,
+    spacing=None,
 ) -> AxisFindings:
     """Artifact slices along ``axis`` (incomplete slices in ``excluded`` are skipped).
 
@@ -535,6 +563,9 @@ def find_artifacts(
     threshold : float
         Foreground threshold of the volume.
     params : MaskSlicesParams
+    spacing : sequence of float, optional
+        Voxel size in mm, for the scoring lattice (``params.score_spacing_mm``); without
+        it every voxel is scored.
 
     Returns
     -------
@@ -542,7 +573,10 @@ def find_artifacts(
         ``artifacts`` maps each flagged index to its scores (``log_ratio``, ``ratio_z``,
         ``correlation_deficit``, ``correlation_z``), in the order they were found.
     """
-    return _score_axis(_stack(_prepare(data, usable, threshold), axis), axis, excluded, params)
+    steps = (1, 1, 1) if spacing is None else \
+        lattice_steps(spacing, axis, params.score_spacing_mm)
+    stack = _stack(_prepare(data, usable, threshold), axis, steps)
+    return _score_axis(stack, axis, excluded, params)
 
 
 def _score_axis(
@@ -656,7 +690,9 @@ def mask_slices(volume: Volume, params: MaskSlicesParams) -> StageOutput:
     for axis in range(3):
         incomplete = find_incomplete(data, usable, axis, params, profiles[axis])
         if axis in searched:
-            found = _score_axis(_stack(prepared, axis), axis, set(incomplete), params)
+            steps = lattice_steps(volume.spacing, axis, params.score_spacing_mm)
+            found = _score_axis(_stack(prepared, axis, steps), axis, set(incomplete), params)
+            found.lattice_step = tuple(st for i, st in enumerate(steps) if i != axis)
         else:
             found = AxisFindings(axis=axis)
         found.incomplete = incomplete

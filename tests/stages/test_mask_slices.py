@@ -105,6 +105,32 @@ def test_each_planted_slice_is_found_along_each_axis_of_an_isotropic_head(iso, k
     )
 
 
+@pytest.fixture(scope="module")
+def iso_1mm(template_head) -> Volume:
+    return template_head((1.0, 1.0, 1.0), seed=2)
+
+
+def test_a_2mm_scoring_lattice_finds_what_the_full_1mm_grid_finds(iso_1mm):
+    planted = _planted(_planted(iso_1mm, 0, 95, ARTIFACTS["spike"][0]),
+                       1, 110, ARTIFACTS["motion"][0])
+    sanitized = sanitize(planted)
+    lattice = mask_slices(sanitized)  # default score_spacing_mm=2: every 2nd voxel
+    full = mask_slices(sanitized, score_spacing_mm=0.0)
+    for out in (lattice, full):
+        found = _flagged(out)
+        assert list(found[0]["artifact"]) == [95] and list(found[1]["artifact"]) == [110]
+        assert not found[2]["artifact"]
+    metrics = {name: out.record_of("mask_slices").metrics for name, out in
+               (("lattice", lattice), ("full", full))}
+    assert metrics["lattice"]["axis_0"]["score_lattice_step"] == [2, 2]
+    assert metrics["full"]["axis_0"]["score_lattice_step"] == [1, 1]
+    spike = {name: m["axis_0"]["artifact"]["95"]["log_ratio"] for name, m in metrics.items()}
+    assert spike["lattice"] == pytest.approx(spike["full"], abs=0.01)
+    for axis in (0, 1, 2):
+        clean = [m[f"axis_{axis}"]["max_unflagged_abs_log_ratio"] for m in metrics.values()]
+        assert abs(clean[0] - clean[1]) < 0.01  # the clean slices score alike too
+
+
 def test_scores_say_how_a_slice_is_wrong(iso):
     spike = mask_slices(sanitize(_planted(iso, 2, 40, lambda s: s * np.float32(4.0))))
     scores = _flagged(spike)[2]["artifact"][40]
