@@ -172,7 +172,9 @@ def measure_conform_vs_monai(
     configure_worker(1)
     torch.set_num_threads(1)
     reorient, resample = pipeline.params_of("reorient"), pipeline.params_of("resample")
-    orientation = reorient.orientation if reorient is not None else "RAS"
+    # The output grid's voxel order: resample's own, else a reorient step's, else RAS.
+    orientation = (getattr(resample, "orientation", None)
+                   or (reorient.orientation if reorient is not None else "RAS"))
     shape = resample.shape if resample is not None and pipeline.params_of("register") is None \
         else None
     grid = f"{orientation}, 1 mm" + (f", {shape}" if shape else "")

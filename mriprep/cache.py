@@ -88,23 +88,29 @@ def checksum_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def npy_header(array: np.ndarray) -> bytes:
+    """The header ``np.save`` writes before the bytes of a C-contiguous ``array``."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    return header.getvalue()
+
+
 def npy_checksum(array: np.ndarray) -> tuple[str, int]:
     """XXH3-128 and size of the ``.npy`` file ``np.save`` writes for a C-contiguous
     ``array`` (header, then the raw bytes), computed from memory."""
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
-    digest = xxhash.xxh3_128(header.getvalue())
+    header = npy_header(array)
+    digest = xxhash.xxh3_128(header)
     digest.update(array.reshape(-1).view(np.uint8))  # the bytes, without a copy
-    return digest.hexdigest(), header.tell() + array.nbytes
+    return digest.hexdigest(), len(header) + array.nbytes
 
 
 def file_record(path: Path, array: np.ndarray | None = None) -> dict[str, Any]:
     """How the sidecar lists one file of an entry: name, size, checksum (and for a
     tensor, its dtype and shape).
 
-    A tensor just saved from ``array`` is hashed from memory rather than read back; the
-    file's size must then be what ``np.save`` writes for it, else the file is read (a
-    NumPy that lays out its header differently still gets a true checksum).
+    A tensor just saved from ``array`` is hashed from memory rather than read back, when
+    the file starts with the header this module expects and has the expected size; any
+    other file (a NumPy that lays out its header differently) is read and hashed.
     """
     record: dict[str, Any] = {"file": path.name}
     size = path.stat().st_size
@@ -112,8 +118,11 @@ def file_record(path: Path, array: np.ndarray | None = None) -> dict[str, Any]:
     if array is not None:
         record.update(dtype=str(array.dtype), shape=list(array.shape))
         if array.flags.c_contiguous:
-            checksum, expected_size = npy_checksum(array)
-            checksum = checksum if expected_size == size else None
+            header = npy_header(array)
+            with open(path, "rb") as fh:
+                written = fh.read(len(header))
+            if written == header and size == len(header) + array.nbytes:
+                checksum = npy_checksum(array)[0]
     record.update(bytes=size, xxh3_128=checksum or checksum_file(path))
     return record
 

@@ -387,6 +387,13 @@ def _order_problems(steps: list[StageStep]) -> list[str]:
                 "stage 'register' estimates a transform that only 'resample' applies; "
                 "add a 'resample' step after 'register'"
             )
+    for step in steps:
+        if step.name == "resample" and "register" in names and step.params.orientation:
+            problems.append(
+                "stage 'resample' has an orientation, but after 'register' it writes the "
+                "template's grid, whose orientation is the template's; remove "
+                "'orientation' from the resample step"
+            )
     if "validate" in names and names[-1] != "validate":
         problems.append(
             "stage 'validate' checks the final output; move it to the end of 'stages'"

@@ -59,7 +59,16 @@ NUMPY_HUGEPAGE_ENV = {"NUMPY_MADVISE_HUGEPAGE": "0"}
 # keep up to this much freed memory for the next subject: RSS stays at the largest
 # subject's peak instead of breathing, and the peak itself does not change.
 MALLOC_KEEP_BYTES = 1 << 30
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt parameter numbers (malloc.h)
+# The same, for a process's start: dask runs tasks in a pool thread, and a thread's own
+# malloc arena maps every large array whatever mallopt says, so worker processes also
+# get one arena (the main one, which follows the settings). Set in the environment,
+# because a thread keeps the arena it first used.
+MALLOC_ENV = {
+    "MALLOC_ARENA_MAX": "1",
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": str(MALLOC_KEEP_BYTES),
+}
+_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # mallopt parameters (malloc.h)
 LOCAL_RETRIES = 1
 
 
@@ -73,8 +82,10 @@ def usable_cores() -> int:
 
 def worker_env(threads: int = 1) -> dict[str, str]:
     """The environment a worker process starts with: every native thread pool pinned to
-    ``threads``, NumPy's huge-page requests off."""
-    return {name: str(int(threads)) for name in THREAD_ENV_VARS} | NUMPY_HUGEPAGE_ENV
+    ``threads``, freed memory kept for reuse by one malloc arena, NumPy's huge-page
+    requests off."""
+    pools = {name: str(int(threads)) for name in THREAD_ENV_VARS}
+    return pools | MALLOC_ENV | NUMPY_HUGEPAGE_ENV
 
 
 _configured_threads: int | None = None
@@ -114,13 +125,19 @@ def configure_worker(threads: int = 1) -> None:
 def keep_freed_memory(keep_bytes: int = MALLOC_KEEP_BYTES) -> bool:
     """Make glibc's malloc reuse freed memory for large arrays (see
     :data:`MALLOC_KEEP_BYTES`); True when it took the settings, False elsewhere (macOS,
-    musl: their allocators keep their own policies)."""
+    musl: their allocators keep their own policies).
+
+    At run time this reaches the main arena and threads started afterwards; a thread
+    that already has an arena of its own keeps mapping large arrays, which is why
+    worker processes are started with :data:`MALLOC_ENV` as well.
+    """
     try:
         mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, keep_bytes))
+    return all([mallopt(_M_MMAP_MAX, 0), mallopt(_M_TRIM_THRESHOLD, keep_bytes),
+                mallopt(_M_ARENA_MAX, 1)])
 
 
 @contextlib.contextmanager
@@ -163,9 +180,13 @@ def local_client(workers: int, threads: int = 1):
     # such crashes are nearly always deterministic, and each retry restarts a worker.
     # A worker holds only the subject it is running (saturation 1.0, no queued task):
     # when one subject kills its worker, no innocent neighbour is blamed for the crash.
+    # Allocator and NumPy variables only work when set before the worker process starts:
+    # dask's pre-spawn environment, on top of the one dask sets itself.
+    pre_spawn = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     config = {
         "distributed.scheduler.allowed-failures": LOCAL_RETRIES,
         "distributed.scheduler.worker-saturation": 1.0,
+        "distributed.nanny.pre-spawn-environ": pre_spawn | MALLOC_ENV | NUMPY_HUGEPAGE_ENV,
     }
     with dask.config.set(config), LocalCluster(
         n_workers=workers,

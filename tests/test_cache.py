@@ -268,6 +268,10 @@ def test_tensor_checksums_from_memory_equal_the_saved_files(array, tmp_path):
     np.save(path, array, allow_pickle=False)
     checksum, size = npy_checksum(array)
     assert (checksum, size) == (checksum_file(path), path.stat().st_size)
-    # A file that is not what np.save wrote for the array is read, never trusted.
-    path.write_bytes(path.read_bytes() + b"\0")
+    # A file that is not what np.save wrote for the array is read, never trusted: a
+    # longer one, and one of the right size whose header differs.
+    saved = path.read_bytes()
+    path.write_bytes(saved + b"\0")
     assert file_record(path, array)["xxh3_128"] == checksum_file(path)
+    path.write_bytes(saved.replace(b"'descr'", b"'DESCR'", 1))
+    assert file_record(path, array)["xxh3_128"] == checksum_file(path) != checksum

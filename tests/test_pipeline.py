@@ -262,3 +262,11 @@ def test_register_without_resample_and_contradicting_dtypes_are_refused():
     assert "add a 'resample' step after 'register'" in message
     assert ("key 'output_dtype' = 'float32' contradicts the pipeline's output_dtype "
             "'float16'") in message
+
+
+def test_an_output_orientation_after_register_is_refused_before_any_subject():
+    doc = {"name": "x", "stages": ["register", {"resample": {"orientation": "LIA"}}]}
+    with pytest.raises(PipelineConfigError, match="remove 'orientation' from the resample"):
+        pipeline_from_dict(doc, source="x.yaml")
+    conform = load_pipeline(pipelines_dir() / "conform_1mm.yaml")
+    assert conform.params_of("resample").orientation == "LIA"

@@ -2,32 +2,68 @@
 
 from __future__ import annotations
 
+import platform
+import resource
 import subprocess
 import sys
 import textwrap
 
-from mriprep.scheduling import THREAD_ENV_VARS, worker_env
+import pytest
+
+from mriprep.scheduling import THREAD_ENV_VARS, local_client, worker_env
+
+GLIBC = platform.libc_ver()[0] == "glibc"
 
 
-def test_worker_env_pins_every_pool_and_turns_off_numpy_huge_pages():
+def test_worker_env_pins_every_pool_and_sets_memory_behaviour():
     env = worker_env(3)
     assert {env[name] for name in THREAD_ENV_VARS} == {"3"}
     assert env["NUMPY_MADVISE_HUGEPAGE"] == "0"
+    assert env["MALLOC_ARENA_MAX"] == "1" and env["MALLOC_MMAP_MAX_"] == "0"
 
 
-def test_configure_worker_applies_the_settings_in_a_running_process():
+def test_configure_worker_turns_off_huge_pages_in_a_running_process():
     # A fresh interpreter whose NumPy asks for huge pages, as one imported without
     # mriprep's environment does (a remote dask worker): configure_worker must turn that
     # off at run time.
     script = textwrap.dedent("""
         import os, numpy as np
-        from mriprep.scheduling import configure_worker, keep_freed_memory
-        set_madvise = np._core.multiarray._set_madvise_hugepage  # returns the old setting
+        from mriprep.scheduling import configure_worker
+        core = getattr(np, "_core", None) or np.core
+        set_madvise = core.multiarray._set_madvise_hugepage  # returns the old setting
         set_madvise(True)
         configure_worker(2)
-        print(set_madvise(False), os.environ["OMP_NUM_THREADS"], keep_freed_memory())
+        print(set_madvise(False), os.environ["OMP_NUM_THREADS"])
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.split()
-    # glibc (this Linux CI) takes the malloc settings; other C libraries say no.
-    assert out == ["False", "2", "True"]
+    assert out == ["False", "2"]
+
+
+def _page_faults_per_round() -> list[int]:
+    """Minor page faults of this thread for each of four rounds that allocate, use and
+    free two 256^3 float32 grids (a subject's worth of churn)."""
+    import numpy as np
+
+    from mriprep.scheduling import configure_worker
+
+    configure_worker(1)
+    faults = []
+    for _ in range(4):
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        grid = np.ones((256, 256, 256), np.float32)
+        doubled = grid * 2
+        del grid, doubled
+        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
+    return faults
+
+
+@pytest.mark.skipif(not GLIBC, reason="the malloc settings are glibc's")
+def test_a_local_worker_reuses_freed_grids_instead_of_faulting_them_in_again():
+    # In the dask worker's task thread, where a thread arena would otherwise map and
+    # unmap every grid: the first round faults the pages in, the next ones reuse them.
+    with local_client(1) as client:
+        faults = client.submit(_page_faults_per_round, pure=False).result()
+    pages = 2 * 256**3 * 4 // resource.getpagesize()
+    assert faults[0] > 0.5 * pages
+    assert max(faults[1:]) < 0.02 * pages, faults

@@ -9,14 +9,12 @@ The closest canonical axes of an oblique affine are chosen as nibabel does
 (:func:`nibabel.orientations.io_orientation`); the obliquity itself stays in the affine,
 because removing it would need an interpolation.
 
-Nothing is copied: the arrays come out as strided views of the input, and where the
-stage sits decides who pays for the reordering. Right before ``resample`` (as in
-``conform_1mm``) it is free, because resampling writes a new grid anyway. First in a
-pipeline (as in ``t1w_mni_rigid``, so that every stage's report counts axes in RAS
-order), flipped axes cost nothing, but permuted ones make every later pass walk the
-views across memory (a 1 mm scan from RAS to LIA: sanitize 0.09 -> 0.20 s, mask_slices
-0.29 -> 0.42 s, where a copy would cost 0.06 s). No stage needs a particular
-orientation: they work in world coordinates or treat every axis alike.
+The stage hands on contiguous arrays, whatever comes after it: later stages walk the
+volume in memory order, and on permuted views they slow down more than the copy costs
+(a 1 mm scan from RAS to LIA: sanitize 0.09 -> 0.20 s and mask_slices 0.29 -> 0.42 s on
+views, against a 0.06 s copy). :func:`reorient_arrays` itself returns views, for the
+resample stage, which reorders its input when it builds an oriented output grid
+(``orientation``) and writes the new grid in the same pass.
 """
 
 from __future__ import annotations
@@ -31,6 +29,20 @@ from mriprep.stages import StageOutput, stage
 from mriprep.volume import Volume
 
 _AXIS_CODES = ({"R", "L"}, {"A", "P"}, {"S", "I"})
+
+
+def axis_codes(orientation: str, stage: str) -> str:
+    """``orientation`` in upper case if it names each direction once (``"RAS"``,
+    ``"lia"``...), else a PipelineConfigError naming ``stage``."""
+    codes = str(orientation).upper()
+    axes_used = sorted(i for c in codes for i, pair in enumerate(_AXIS_CODES) if c in pair)
+    if len(codes) != 3 or axes_used != [0, 1, 2]:
+        raise PipelineConfigError(
+            f"{stage}: orientation {orientation!r} must name each of the three "
+            "directions once, one letter from each of R/L, A/P and S/I, e.g. 'RAS' or "
+            "'LIA'"
+        )
+    return codes
 
 
 @dataclass(frozen=True)
@@ -48,15 +60,7 @@ class ReorientParams:
     orientation: str = "RAS"
 
     def __post_init__(self):
-        codes = self.orientation.upper()
-        axes_used = sorted(i for c in codes for i, pair in enumerate(_AXIS_CODES) if c in pair)
-        if len(codes) != 3 or axes_used != [0, 1, 2]:
-            raise PipelineConfigError(
-                f"reorient: orientation {self.orientation!r} must name each of the three "
-                "directions once, one letter from each of R/L, A/P and S/I, e.g. 'RAS' or "
-                "'LIA'"
-            )
-        object.__setattr__(self, "orientation", codes)
+        object.__setattr__(self, "orientation", axis_codes(self.orientation, "reorient"))
 
 
 def orientation_codes(affine: np.ndarray) -> str:
@@ -128,6 +132,7 @@ def reorient(volume: Volume, params: ReorientParams) -> StageOutput:
     if volume.label is not None:
         arrays.append(volume.label)
     moved, affine = reorient_arrays(arrays, volume.affine, params.orientation)
+    moved = [np.ascontiguousarray(a) for a in moved]  # see the module doc
     label = moved[2] if volume.label is not None else None
     out = volume.replace(data=moved[0], valid=moved[1], label=label, affine=affine)
     metrics.update(changed=True, shape_out=list(out.shape))

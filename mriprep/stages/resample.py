@@ -9,7 +9,10 @@ Target grid
     With a pending registration: the template's grid it carries. Otherwise a grid with
     the input's axes and ``spacing``, centred on the input's field of view, covering it
     (``round(n * input_spacing / spacing)`` voxels per axis) or with an explicit
-    ``shape`` (e.g. 256^3 at 1 mm, FastSurfer's conformed grid).
+    ``shape`` (e.g. 256^3 at 1 mm, FastSurfer's conformed grid). With ``orientation``
+    (e.g. ``"LIA"``, FastSurfer's voxel order) the input's axes are first reordered to it,
+    as the reorient stage would but without copying a voxel: the reordering is paid for
+    in the one pass that writes the output grid.
 
 Images
     ``linear`` (trilinear) or ``bspline`` (cubic B-spline, finite data only: its
@@ -84,6 +87,7 @@ from scipy import ndimage
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import label_values
+from mriprep.stages.reorient import axis_codes, orientation_codes, reorient_arrays
 from mriprep.volume import Volume
 
 # Positions within this distance (voxels) of the outermost voxel centres are inside the
@@ -118,6 +122,10 @@ class ResampleParams:
     anisotropy_threshold : float
         Largest/smallest input spacing above which a ``bspline`` image is interpolated
         cubic in-plane and linear along the thick axis.
+    orientation : str or None
+        Voxel order of the output grid when there is no pending registration (nibabel
+        axis codes, e.g. ``"LIA"``); None keeps the input's. With a registration the
+        template's grid decides, and setting it is an error.
     """
 
     interpolation: Literal["linear", "bspline"] = "linear"
@@ -125,8 +133,11 @@ class ResampleParams:
     spacing: tuple[float, float, float] = (1.0, 1.0, 1.0)
     shape: tuple[int, int, int] | None = None
     anisotropy_threshold: float = 3.0
+    orientation: str | None = None
 
     def __post_init__(self):
+        if self.orientation is not None:
+            object.__setattr__(self, "orientation", axis_codes(self.orientation, "resample"))
         spacing = tuple(float(s) for s in self.spacing)
         if len(spacing) != 3 or not all(np.isfinite(spacing)) or min(spacing) <= 0:
             raise PipelineConfigError(
@@ -662,6 +673,14 @@ def _finite_data(volume: Volume, params: ResampleParams) -> np.ndarray:
     return np.where(finite, volume.data, np.float32(0.0))
 
 
+def _reoriented_views(volume: Volume, orientation: str) -> Volume:
+    """``volume`` with its axes reordered to ``orientation``: views, no voxel copied."""
+    arrays = [volume.data, volume.valid] + ([volume.label] if volume.label is not None else [])
+    moved, affine = reorient_arrays(arrays, volume.affine, orientation)
+    return volume.replace(data=moved[0], valid=moved[1], affine=affine,
+                          label=moved[2] if volume.label is not None else None)
+
+
 @stage("resample", ResampleParams)
 def resample(volume: Volume, params: ResampleParams) -> StageOutput:
     """Apply the pending registration (if any) and the target grid in one interpolation.
@@ -680,13 +699,24 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         ``invalid_fraction`` of the output and the share ``outside_fraction`` that lies
         outside the input's field of view, ``label_values``, and ``grid_shift_mm``: how
         far the grid was snapped onto the input's lattice along each output axis (None
-        when it was not, see module doc).
+        when it was not, see module doc), and the output ``orientation`` codes.
 
     Raises
     ------
     StageError
-        Non-finite image values where they would reach the output (see module doc).
+        Non-finite image values where they would reach the output (see module doc), or
+        an ``orientation`` set while a registration hands over the template's grid.
     """
+    if params.orientation is not None:
+        if volume.pending is not None:
+            raise StageError(
+                "resample",
+                f"orientation {params.orientation!r} is set, but a registration hands over "
+                "the template's grid, whose orientation is the template's; remove "
+                "'orientation' from the resample step",
+                volume.name,
+            )
+        volume = _reoriented_views(volume, params.orientation)
     data = _finite_data(volume, params)
     pending = volume.pending
     snap = None
@@ -743,5 +773,6 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         "outside_fraction": outside / valid.size,
         "label_values": None if label is None else label_values(label),
         "grid_shift_mm": None if snap is None else [float(x) for x in snap[1]],
+        "orientation": orientation_codes(out_affine),
     }
     return StageOutput(out, metrics)

@@ -87,10 +87,15 @@ def test_bad_orientation_is_refused():
         get_stage("reorient").params_type(orientation="RAR")
 
 
-def test_reorienting_copies_no_voxel(head):
-    # The arrays come out as views: the stage costs nothing, and the resample stage after
-    # it (conform_1mm) writes the reordered grid in the pass it needs anyway.
+def test_arrays_are_reordered_as_views_and_the_stage_hands_on_copies(head):
+    # reorient_arrays copies nothing (resample reorders its input with it and writes the
+    # new grid in the same pass); the stage makes the result contiguous, because later
+    # stages walk it in memory order.
+    (data, valid, label), _ = reorient_arrays(
+        [head.data, head.valid, head.label], head.affine, "LIA")
+    assert all(np.shares_memory(a, b) for a, b in
+               ((head.data, data), (head.valid, valid), (head.label, label)))
     out = get_stage("reorient")(head, orientation="LIA")
     for before, after in ((head.data, out.data), (head.valid, out.valid),
                           (head.label, out.label)):
-        assert np.shares_memory(before, after)
+        assert after.flags.c_contiguous and not np.shares_memory(before, after)

@@ -334,6 +334,29 @@ def test_same_spacing_conform_is_an_exact_crop_or_pad(conformed_1mm):
     assert metrics["outside_fraction"] == pytest.approx(padded.mean())
 
 
+def test_an_output_orientation_reorders_in_the_same_pass(conformed_1mm):
+    # The same head stored RAS: resample's orientation gives exactly what reorient to
+    # LIA followed by resample gives, without the reorient copy.
+    ras = get_stage("reorient")(conformed_1mm, orientation="RAS")
+    grid = {"spacing": (1.0, 1.0, 1.0), "shape": (256, 256, 256)}
+    direct = get_stage("resample")(ras, orientation="lia", **grid)
+    two_steps = get_stage("resample")(conformed_1mm, **grid)
+    for name in ("data", "valid", "label", "affine"):
+        np.testing.assert_array_equal(getattr(direct, name), getattr(two_steps, name))
+    metrics = direct.record_of("resample").metrics
+    assert metrics["orientation"] == "LIA"
+    assert metrics["kernel"].startswith("exact copy, integer crop/pad")
+    assert direct.data.flags.c_contiguous and not np.shares_memory(direct.data, ras.data)
+
+
+def test_an_output_orientation_is_refused_after_a_registration(head):
+    with pytest.raises(PipelineConfigError, match="orientation 'RXS'"):
+        get_stage("resample").params_type(orientation="RXS")
+    registered = head.replace(pending=PendingTransform(np.eye(4), head.shape, head.affine))
+    with pytest.raises(StageError, match="template's grid"):
+        get_stage("resample")(registered, orientation="LIA")
+
+
 def test_a_change_of_spacing_still_interpolates():
     # 1 x 1 x 3 mm to 1 mm: no shared lattice, the centred grid and trilinear kernel.
     template = load_template("mni152")
