@@ -28,9 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mriprep.scheduling import MALLOC_ENV, NUMPY_HUGEPAGE_ENV
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Set in the bench process by configure_worker; a MONAI user's process has none of them.
-_MRIPREP_WORKER_ONLY = ("NUMPY_MADVISE_HUGEPAGE",)
+# mriprep's worker settings for a process's start; a MONAI user's process has none of them.
+_MRIPREP_WORKER_ONLY = tuple(MALLOC_ENV) + tuple(NUMPY_HUGEPAGE_ENV)
 
 
 def monai_transform(with_label: bool, orientation: str = "RAS",

@@ -103,7 +103,9 @@ def configure_worker(threads: int = 1) -> None:
     global _configured_threads
     if _configured_threads == threads:
         return
-    os.environ.update(worker_env(threads))
+    # Only the thread pools' variables: libraries loaded later still read them. The
+    # allocator's and NumPy's are read at process start; they are set below by call.
+    os.environ.update({name: str(int(threads)) for name in THREAD_ENV_VARS})
     import numpy as np
     import SimpleITK as sitk
     from threadpoolctl import threadpool_limits

@@ -91,6 +91,15 @@ def _float32_below(bound: float) -> np.float32:
     return value if value <= bound else np.nextafter(value, np.float32(-np.inf))
 
 
+def _scaled(values: np.ndarray, low: float, high: float, offset: float,
+            scale: float) -> np.ndarray:
+    """``(clip(values, low, high) - offset) * scale`` in float32, as a new array."""
+    out = np.clip(values, np.float32(low), np.float32(high))
+    out -= np.float32(offset)
+    out *= np.float32(scale)
+    return out
+
+
 @stage("normalize", NormalizeParams)
 def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
     """Clip to robust percentiles, then z-score in a mask or scale to 0-255.
@@ -115,8 +124,10 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
         When no voxel is valid, or the image is constant (within ``eps``).
     """
     data = volume.data
-    finite = np.isfinite(data)
-    all_finite = bool(finite.all())
+    # NaN and +/-Inf reach the extremes: two reductions settle the usual finite volume.
+    with np.errstate(invalid="ignore"):
+        all_finite = data.size == 0 or bool(np.isfinite(data.min()) and np.isfinite(data.max()))
+    finite = None if all_finite else np.isfinite(data)  # only needed when some are not
     usable = volume.valid if all_finite else volume.valid & finite
     warnings: list[str] = []
     n_nonfinite_valid = 0 if all_finite else int(np.count_nonzero(volume.valid & ~finite))
@@ -130,7 +141,7 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
     all_usable = bool(usable.all())
     values = data.reshape(-1) if all_usable else data[usable]
     if values.size == 0:
-        levels = np.unique(data[finite])
+        levels = np.unique(data if all_finite else data[finite])
         if levels.size == 1:
             # A dead volume: mask_slices marked every (constant) slice invalid.
             raise _constant_error(volume, f"every finite voxel is {levels[0]:.6g}")
@@ -182,16 +193,16 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
         offset, scale = low, CONFORM_MAX / (high - low)
         metrics.update(scale=scale)
 
-    # The whole volume in float32, in place: no float64 copy of a 256^3 grid. Clipping
-    # first keeps every intermediate within the clipping range, so nothing overflows.
-    source = data if all_finite else np.where(finite, data, np.float32(0.0))
-    out = np.clip(source, np.float32(low), np.float32(high))
-    out -= np.float32(offset)
-    out *= np.float32(scale)
-    if params.invalid_value is None:
-        if not all_finite:
+    # float32, in place: no float64 copy of a 256^3 grid. Clipping first keeps every
+    # intermediate within the clipping range, so nothing overflows.
+    if params.invalid_value is not None and not all_usable:
+        # Only the usable voxels change: on a conformed grid, half of it is padding.
+        out = np.full(data.shape, np.float32(params.invalid_value), dtype=np.float32)
+        out[usable] = _scaled(values, low, high, offset, scale)
+    else:
+        source = data if all_finite else np.where(finite, data, np.float32(0.0))
+        out = _scaled(source, low, high, offset, scale)
+        if params.invalid_value is None and not all_finite:
             out[~finite] = 0.0
-    elif not all_usable:
-        out[~usable] = np.float32(params.invalid_value)
     metrics.update(output_min=float(out.min()), output_max=float(out.max()))
     return StageOutput(volume.replace(data=out, valid=usable), metrics, warnings)
