@@ -16,15 +16,19 @@ from mriprep.registration.pyramid import HEAD_FRACTION, Level, flatten_bias, lev
 from mriprep.templates import load_template
 
 
+# nilearn.datasets.load_mni152_brain_mask's rule: the template (scaled to a maximum of 1)
+# above 0.2. Applied here to the template already in memory, so that a worker never
+# imports nilearn.datasets (a second per process) for it.
+MNI152_BRAIN_THRESHOLD = 0.2
+
+
 @functools.lru_cache(maxsize=8)
 def template_brain_mask(template: str) -> np.ndarray:
     """The template's brain on its grid: nilearn's mask for MNI152, the head (bright,
     holes filled) for a user template."""
-    if template == "mni152":
-        from nilearn.datasets import load_mni152_brain_mask
-
-        return np.asarray(load_mni152_brain_mask(resolution=1).get_fdata()) > 0.5
     data = load_template(template).data
+    if template == "mni152":
+        return data > MNI152_BRAIN_THRESHOLD
     head = data > HEAD_FRACTION * np.percentile(data, 99)
     return ndimage.binary_fill_holes(head)
 
