@@ -95,10 +95,11 @@ def npy_header(array: np.ndarray) -> bytes:
     return header.getvalue()
 
 
-def npy_checksum(array: np.ndarray) -> tuple[str, int]:
+def npy_checksum(array: np.ndarray, header: bytes | None = None) -> tuple[str, int]:
     """XXH3-128 and size of the ``.npy`` file ``np.save`` writes for a C-contiguous
-    ``array`` (header, then the raw bytes), computed from memory."""
-    header = npy_header(array)
+    ``array`` (header, then the raw bytes), computed from memory; ``header`` is
+    :func:`npy_header` of ``array`` when the caller has it already."""
+    header = npy_header(array) if header is None else header
     digest = xxhash.xxh3_128(header)
     digest.update(array.reshape(-1).view(np.uint8))  # the bytes, without a copy
     return digest.hexdigest(), len(header) + array.nbytes
@@ -122,7 +123,7 @@ def file_record(path: Path, array: np.ndarray | None = None) -> dict[str, Any]:
             with open(path, "rb") as fh:
                 written = fh.read(len(header))
             if written == header and size == len(header) + array.nbytes:
-                checksum = npy_checksum(array)[0]
+                checksum = npy_checksum(array, header)[0]
     record.update(bytes=size, xxh3_128=checksum or checksum_file(path))
     return record
 

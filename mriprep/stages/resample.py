@@ -87,7 +87,7 @@ from scipy import ndimage
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import label_values
-from mriprep.stages.reorient import axis_codes, orientation_codes, reorient_arrays
+from mriprep.stages.reorient import axis_codes, orientation_codes, reoriented
 from mriprep.volume import Volume
 
 # Positions within this distance (voxels) of the outermost voxel centres are inside the
@@ -673,14 +673,6 @@ def _finite_data(volume: Volume, params: ResampleParams) -> np.ndarray:
     return np.where(finite, volume.data, np.float32(0.0))
 
 
-def _reoriented_views(volume: Volume, orientation: str) -> Volume:
-    """``volume`` with its axes reordered to ``orientation``: views, no voxel copied."""
-    arrays = [volume.data, volume.valid] + ([volume.label] if volume.label is not None else [])
-    moved, affine = reorient_arrays(arrays, volume.affine, orientation)
-    return volume.replace(data=moved[0], valid=moved[1], affine=affine,
-                          label=moved[2] if volume.label is not None else None)
-
-
 @stage("resample", ResampleParams)
 def resample(volume: Volume, params: ResampleParams) -> StageOutput:
     """Apply the pending registration (if any) and the target grid in one interpolation.
@@ -716,7 +708,8 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
                 "'orientation' from the resample step",
                 volume.name,
             )
-        volume = _reoriented_views(volume, params.orientation)
+        # Views: the output grid is written below in one pass, reordering included.
+        volume = reoriented(volume, params.orientation, contiguous=False)
     data = _finite_data(volume, params)
     pending = volume.pending
     snap = None
