@@ -438,6 +438,12 @@ def run_cohort(
     -------
     RunResult
         Results in manifest order; ``exit_code`` is 0 or 1.
+
+    Notes
+    -----
+    The ``processes`` scheduler spawns its workers, and each re-imports the calling
+    script: keep heavy imports (torch) out of that script's top level, or every worker
+    start pays for them.
     """
     workers = max(1, min(workers or usable_cores(), max(1, len(tasks))))
     started = datetime.now(timezone.utc)

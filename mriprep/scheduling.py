@@ -20,7 +20,8 @@ Every worker pins ITK, ANTs and BLAS to a fixed thread count (1 by default): par
 comes from subjects, and a fixed count keeps registration reproducible. Workers also keep
 their freed memory for the next subject and stop NumPy from asking for transparent huge
 pages: both cut page-fault stalls that cost as much as the stages (see
-:func:`configure_worker`).
+:func:`configure_worker`). A local cluster runs dask's own diagnostics at a slow pace
+(:data:`QUIET_DASK_CONFIG`), so that they do not take the subjects' cores.
 """
 
 from __future__ import annotations
@@ -69,6 +70,20 @@ MALLOC_ENV = {
     "MALLOC_TRIM_THRESHOLD_": str(MALLOC_KEEP_BYTES),
 }
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # mallopt parameters (malloc.h)
+# dask.distributed's diagnostics wake up often in every worker, every nanny and the
+# scheduler: the statistical profiler walks every thread's stack each 10 ms, the
+# event-loop watchdog ticks each 20 ms, the system monitor samples each 500 ms and each
+# nanny polls its worker's memory each 100 ms. With one worker per core no core is left
+# for them, so they took it from the subjects: in a 2-worker run of the demo cohort
+# (17 s) the task threads waited 1.8-2.2 s in the run queue, and 0.4 s with these
+# values. mriprep reads none of that output (the dashboard's profile and plots); memory
+# is still polled twice a second, so a runaway worker is still stopped.
+QUIET_DASK_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+    "distributed.worker.memory.monitor-interval": "500ms",
+}
 LOCAL_RETRIES = 1
 
 
@@ -184,8 +199,10 @@ def local_client(workers: int, threads: int = 1):
     # when one subject kills its worker, no innocent neighbour is blamed for the crash.
     # Allocator and NumPy variables only work when set before the worker process starts:
     # dask's pre-spawn environment, on top of the one dask sets itself.
+    # dask's diagnostics are slowed down (QUIET_DASK_CONFIG); the nannies hand this
+    # config on to their workers.
     pre_spawn = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
-    config = {
+    config = QUIET_DASK_CONFIG | {
         "distributed.scheduler.allowed-failures": LOCAL_RETRIES,
         "distributed.scheduler.worker-saturation": 1.0,
         "distributed.nanny.pre-spawn-environ": pre_spawn | MALLOC_ENV | NUMPY_HUGEPAGE_ENV,
@@ -201,6 +218,15 @@ def local_client(workers: int, threads: int = 1):
         env=worker_env(threads),
     ) as cluster, Client(cluster, set_as_default=False) as client:
         yield client
+
+
+def dask_env_vars(config: dict[str, object]) -> dict[str, str]:
+    """``config`` as the ``DASK_...`` environment variables that set it in a process
+    started elsewhere (a SLURM job's worker), e.g. ``DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL``."""
+    return {
+        "DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
+        for key, value in config.items()
+    }
 
 
 def connect(address: str, timeout_s: float = 20.0):

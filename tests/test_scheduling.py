@@ -67,3 +67,51 @@ def test_a_local_worker_reuses_freed_grids_instead_of_faulting_them_in_again():
     pages = 2 * 256**3 * 4 // resource.getpagesize()
     assert faults[0] > 0.5 * pages
     assert max(faults[1:]) < 0.02 * pages, faults
+
+
+def _worker_diagnostics() -> dict:
+    import dask
+    from distributed import get_worker
+
+    return {"profiling": "profile" in get_worker().periodic_callbacks,
+            "tick": dask.config.get("distributed.admin.tick.interval")}
+
+
+def test_local_workers_run_dask_diagnostics_at_a_slow_pace():
+    # The profiler and the 20 ms tick took the subjects' cores when every core runs a
+    # worker; the nannies must hand the quiet config on to the worker processes.
+    with local_client(1) as client:
+        seen = client.submit(_worker_diagnostics, pure=False).result()
+    assert seen == {"profiling": False, "tick": "1s"}
+
+
+def test_dask_env_vars_set_the_same_config_in_a_process_started_elsewhere():
+    # The README's SLURM recipe exports these variables into each job.
+    import json
+    import os
+
+    from mriprep.scheduling import QUIET_DASK_CONFIG, dask_env_vars
+
+    script = ("import dask, json, sys; "
+              "print(json.dumps({k: dask.config.get(k) for k in json.loads(sys.argv[1])}))")
+    env = dict(os.environ) | dask_env_vars(QUIET_DASK_CONFIG)
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(list(QUIET_DASK_CONFIG))],
+                         capture_output=True, text=True, check=True, env=env).stdout
+    assert json.loads(out) == QUIET_DASK_CONFIG
+
+
+def test_the_readmes_slurm_recipe_exports_every_worker_setting():
+    from pathlib import Path
+
+    from mriprep.scheduling import (
+        MALLOC_ENV,
+        NUMPY_HUGEPAGE_ENV,
+        QUIET_DASK_CONFIG,
+        dask_env_vars,
+    )
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    wanted = MALLOC_ENV | NUMPY_HUGEPAGE_ENV | dask_env_vars(QUIET_DASK_CONFIG)
+    missing = [f"{name}={value}" for name, value in wanted.items()
+               if f"{name}={value}" not in readme]
+    assert not missing, f"README's SLURM recipe lacks {missing}"

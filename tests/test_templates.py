@@ -38,3 +38,38 @@ def test_loading_mni152_does_not_import_nilearn_datasets():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+def test_mask_centroid_matches_scipy_center_of_mass():
+    from scipy import ndimage
+
+    from mriprep.registration.template import mask_centroid
+
+    rng = np.random.default_rng(3)
+    for shape in [(7, 9, 11), (30, 4, 17)]:
+        mask = rng.random(shape) > 0.7
+        np.testing.assert_allclose(mask_centroid(mask), ndimage.center_of_mass(mask),
+                                   rtol=0, atol=1e-12)
+    brain = template_brain_mask("mni152")
+    np.testing.assert_allclose(mask_centroid(brain), ndimage.center_of_mass(brain),
+                               rtol=0, atol=1e-9)
+
+
+def test_template_levels_hold_the_brain_and_a_margin_around_it():
+    from nibabel.affines import voxel_sizes
+
+    from mriprep.registration.template import template_pyramid
+
+    levels, brains, centre = template_pyramid("mni152", (4.0, 2.0), 10.0, 5.0)
+    brain_ml = template_brain_mask("mni152").sum() / 1000.0
+    for level, brain in zip(levels, brains):
+        voxel_ml = np.prod(voxel_sizes(level.affine)) / 1000.0
+        np.testing.assert_allclose(voxel_sizes(level.affine), level.spacing_mm)
+        # Each level's brain keeps the 1 mm brain's volume; the metric region holds it
+        # and reaches beyond it (a 5 mm margin), yet stays inside the field of view.
+        assert abs(brain.sum() * voxel_ml - brain_ml) < 0.03 * brain_ml
+        assert level.mask[brain].all() and level.mask.sum() > 1.1 * brain.sum()
+        assert not level.mask.all()
+        assert np.isfinite(level.data).all() and level.data.dtype == np.float32
+    # MNI152's brain centre sits a few mm from the origin of MNI space.
+    assert np.linalg.norm(centre) < 30.0

@@ -1,6 +1,6 @@
 """The template side of registration: its brain mask, brain points and pyramid.
 
-All three are read-only and cached per process (building MNI152's pyramid takes ~3 s).
+All three are read-only and cached per process (MNI152's pyramid takes ~0.8 s).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from nibabel.affines import apply_affine, voxel_sizes
 from scipy import ndimage
 
 from mriprep.errors import PipelineConfigError
-from mriprep.registration.pyramid import HEAD_FRACTION, Level, flatten_bias, level_grid
+from mriprep.registration.pyramid import HEAD_FRACTION, Level, level_grid, subject_pyramid
 from mriprep.templates import load_template
 
 
@@ -55,8 +55,10 @@ def template_pyramid(
     """The template's levels (built once per process), the brain mask of each level and
     the brain's centre of mass (RAS mm).
 
-    Each level's metric mask is the brain dilated by ``margin_mm``: scalp and neck differ
-    most between people.
+    The levels are built like a subject's (:func:`subject_pyramid`: the finest from the
+    template, each coarser one from the finer), so that both sides of the metric are
+    smoothed alike. Each level's metric mask is the brain dilated by ``margin_mm``: scalp
+    and neck differ most between people.
 
     Raises
     ------
@@ -71,16 +73,35 @@ def template_pyramid(
             "template with finite values"
         )
     brain = template_brain_mask(template)
-    out, brains = [], []
-    for spacing_mm in levels:
-        values, _, affine = level_grid(vol.data, None, vol.affine, spacing_mm)
-        brain_level = level_grid(brain.astype(np.float32), None, vol.affine, spacing_mm)[0]
-        brain_level = brain_level > 0.5
-        distance = ndimage.distance_transform_edt(~brain_level, sampling=voxel_sizes(affine))
-        region = distance <= margin_mm
-        values = flatten_bias(values, np.ones(values.shape, dtype=bool), affine, bias_sigma_mm)
-        out.append(Level(values, affine, region, spacing_mm))
-        brains.append(brain_level)
-    centre_vox = ndimage.center_of_mass(brain)
-    centre = vol.affine[:3, :3] @ np.asarray(centre_vox) + vol.affine[:3, 3]
-    return tuple(out), tuple(brains), centre
+    brains = _brain_levels(brain, vol.affine, levels)
+    out = []
+    for level, brain_level in zip(subject_pyramid(vol, levels, bias_sigma_mm), brains):
+        distance = ndimage.distance_transform_edt(
+            ~brain_level, sampling=voxel_sizes(level.affine)
+        )
+        out.append(Level(level.data, level.affine, distance <= margin_mm, level.spacing_mm))
+    centre = apply_affine(vol.affine, mask_centroid(brain))
+    return tuple(out), brains, centre
+
+
+def _brain_levels(brain: np.ndarray, affine: np.ndarray, levels: tuple[float, ...]):
+    """The brain mask on each level's grid, coarse to fine: the share of brain in each
+    level voxel, above one half. Each coarser share comes from the finer one."""
+    fine_to_coarse = []
+    share = brain.astype(np.float32)
+    for spacing_mm in reversed(levels):
+        share, _, affine = level_grid(share, None, affine, spacing_mm)
+        fine_to_coarse.append(share > 0.5)
+    return tuple(reversed(fine_to_coarse))
+
+
+def mask_centroid(mask: np.ndarray) -> np.ndarray:
+    """The mean voxel index of a non-empty boolean mask, as ``ndimage.center_of_mass``
+    gives it, from per-axis counts (a tenth of its time on a 1 mm grid)."""
+    total = np.count_nonzero(mask)
+    centre = []
+    for axis in range(mask.ndim):
+        others = tuple(a for a in range(mask.ndim) if a != axis)
+        counts = np.count_nonzero(mask, axis=others)
+        centre.append(float(np.dot(np.arange(mask.shape[axis]), counts)) / total)
+    return np.asarray(centre)

@@ -256,7 +256,7 @@ class RegistrationResult:
 def prepare_template(params: RegisterParams) -> None:
     """Build the template's pyramid for ``params`` now (it is cached per process).
 
-    The first registration in a process otherwise pays for it (~3 s for MNI152); a
+    The first registration in a process otherwise pays for it (~0.8 s for MNI152); a
     worker or a benchmark can call this once up front.
     """
     _template_pyramid_for(params)
