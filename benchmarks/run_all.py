@@ -57,29 +57,38 @@ def _check_section(work: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sections", nargs="*", help="run only these sections")
-    parser.add_argument("--work-dir", help="keep the demo cohort and caches here")
+    parser.add_argument("--work-dir", help="keep the demo cohort and caches here (default: a "
+                        "temporary folder, deleted at the end)")
     parser.add_argument("--registration-subjects", type=int, default=3,
                         help="subjects timed against ANTs' ~30 s default Rigid (default 3)")
     args = parser.parse_args(argv)
+    known = list(_sections(Path(), Path(), 0))
+    chosen = args.sections or known
+    unknown = [s for s in chosen if s not in known]
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from {known}")
 
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="mriprep-bench-"))
+    if args.work_dir:
+        return _run(chosen, Path(args.work_dir), args.registration_subjects, keep=True)
+    # Without --work-dir everything goes: one run writes about 6 GB of caches.
+    with tempfile.TemporaryDirectory(prefix="mriprep-bench-") as scratch:
+        return _run(chosen, Path(scratch), args.registration_subjects, keep=False)
+
+
+def _run(chosen: list[str], work: Path, registration_subjects: int, keep: bool) -> int:
     cohort = work / "cohort"
     if not (cohort / "ground_truth.json").exists():
         print(f"building the demo cohort in {cohort} ...", flush=True)
         build_demo_cohort(cohort, n_subjects=12, seed=0)
-    sections = _sections(cohort, work, args.registration_subjects)
-    chosen = args.sections or list(sections)
-    unknown = [s for s in chosen if s not in sections]
-    if unknown:
-        parser.error(f"unknown section(s) {unknown}; choose from {list(sections)}")
-
+    sections = _sections(cohort, work, registration_subjects)
     status = 0
     for name in chosen:
         print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
         start = time.perf_counter()
         status |= int(sections[name]() or 0)
         print(f"({name}: {time.perf_counter() - start:.0f} s)", flush=True)
-    print(f"\nbench work folder: {work}")
+    if keep:
+        print(f"\nbench work folder (kept): {work}")
     return status
 
 
