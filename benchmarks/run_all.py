@@ -31,7 +31,11 @@ def _bench(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
+SECTIONS = ("registration", "slices", "runner", "loader", "check")
+
+
 def _sections(cohort: Path, work: Path, subjects: int) -> dict:
+    """What each of :data:`SECTIONS` runs."""
     return {
         "registration": lambda: _bench("bench_registration").main(
             ["--cohort", str(cohort), "--subjects", str(subjects)]
@@ -57,16 +61,16 @@ def _check_section(work: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sections", nargs="*", help="run only these sections")
-    parser.add_argument("--work-dir", help="keep the demo cohort and caches here (default: a "
-                        "temporary folder, deleted at the end)")
+    parser.add_argument("--work-dir", help="keep the demo cohort and caches here, e.g. to "
+                        "inspect a failed run (default: a temporary folder, deleted at the "
+                        "end, whatever happened)")
     parser.add_argument("--registration-subjects", type=int, default=3,
                         help="subjects timed against ANTs' ~30 s default Rigid (default 3)")
     args = parser.parse_args(argv)
-    known = list(_sections(Path(), Path(), 0))
-    chosen = args.sections or known
-    unknown = [s for s in chosen if s not in known]
+    chosen = args.sections or list(SECTIONS)
+    unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:
-        parser.error(f"unknown section(s) {unknown}; choose from {known}")
+        parser.error(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}")
 
     if args.work_dir:
         return _run(chosen, Path(args.work_dir), args.registration_subjects, keep=True)

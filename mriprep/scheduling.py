@@ -72,12 +72,13 @@ MALLOC_ENV = {
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # mallopt parameters (malloc.h)
 # dask.distributed's diagnostics wake up often in every worker, every nanny and the
 # scheduler: the statistical profiler walks every thread's stack each 10 ms, the
-# event-loop watchdog ticks each 20 ms, the system monitor samples each 500 ms and each
-# nanny polls its worker's memory each 100 ms. With one worker per core no core is left
-# for them, so they took it from the subjects: in a 2-worker run of the demo cohort
-# (17 s) the task threads waited 1.8-2.2 s in the run queue, and 0.4 s with these
-# values. mriprep reads none of that output (the dashboard's profile and plots); memory
-# is still polled twice a second, so a runaway worker is still stopped.
+# event-loop watchdog ticks each 20 ms, the system monitor samples each 500 ms, and the
+# memory monitor (a worker's spill and pause checks, its nanny's limit) runs each 100 ms.
+# With one worker per core no core is left for them, so they took it from the subjects:
+# in a 2-worker run of the demo cohort (17 s) the task threads waited 1.8-2.2 s in the
+# run queue, and 0.4 s with these values. mriprep reads none of the diagnostics (the
+# dashboard's profile and plots); memory is still checked twice a second, so a runaway
+# worker is still paused or stopped.
 QUIET_DASK_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",

@@ -73,3 +73,16 @@ def test_template_levels_hold_the_brain_and_a_margin_around_it():
         assert np.isfinite(level.data).all() and level.data.dtype == np.float32
     # MNI152's brain centre sits a few mm from the origin of MNI space.
     assert np.linalg.norm(centre) < 30.0
+
+
+def test_a_template_without_a_head_is_refused(tmp_path):
+    import nibabel as nib
+    import pytest
+
+    from mriprep.errors import PipelineConfigError
+    from mriprep.registration.template import template_pyramid
+
+    blank = tmp_path / "blank.nii.gz"
+    nib.save(nib.Nifti1Image(np.zeros((40, 40, 40), np.float32), np.eye(4)), blank)
+    with pytest.raises(PipelineConfigError, match=r"blank\.nii\.gz.*no brain or head.*4\.0 mm"):
+        template_pyramid(str(blank), (4.0, 2.0), 10.0, 5.0)

@@ -63,7 +63,7 @@ def template_pyramid(
     Raises
     ------
     PipelineConfigError
-        The template holds NaN or infinite voxels.
+        The template holds NaN or infinite voxels, or no head.
     """
     vol = load_template(template)
     if not np.isfinite(vol.data).all():
@@ -74,6 +74,12 @@ def template_pyramid(
         )
     brain = template_brain_mask(template)
     brains = _brain_levels(brain, vol.affine, levels)
+    empty = [spacing for spacing, level in zip(levels, brains) if not level.any()]
+    if empty:
+        raise PipelineConfigError(
+            f"register: template {template!r} has no brain or head to register to (its "
+            f"mask is empty at {empty[0]} mm); give a head image as the template"
+        )
     out = []
     for level, brain_level in zip(subject_pyramid(vol, levels, bias_sigma_mm), brains):
         distance = ndimage.distance_transform_edt(
@@ -97,7 +103,7 @@ def _brain_levels(brain: np.ndarray, affine: np.ndarray, levels: tuple[float, ..
 
 def mask_centroid(mask: np.ndarray) -> np.ndarray:
     """The mean voxel index of a non-empty boolean mask, as ``ndimage.center_of_mass``
-    gives it, from per-axis counts (a tenth of its time on a 1 mm grid)."""
+    gives it, from per-axis counts (a fifth of its time on a 1 mm grid)."""
     total = np.count_nonzero(mask)
     centre = []
     for axis in range(mask.ndim):
