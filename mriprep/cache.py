@@ -20,7 +20,8 @@ parameter gives a new key, so a rerun recomputes exactly what changed and skips 
 Atomicity. An entry is written into a private folder under ``entries/.tmp``, every file
 is fsynced, ``meta.json`` is written last, and the folder is renamed into place in one
 ``rename(2)``. A reader therefore sees either no entry or a complete one; a crash leaves
-only a stale temporary folder, which is never read and is swept by the next writer.
+only a stale temporary folder, which is never read and is swept by the next writer. Once
+on disk, a tensor's pages leave the page cache (:func:`drop_written_pages`).
 
 Index. ``index.json`` maps each live key to its summary (everything a reader needs except
 provenance) and its split. Several runs may share a cache: every update is a
@@ -103,6 +104,22 @@ def npy_checksum(array: np.ndarray, header: bytes | None = None) -> tuple[str, i
     digest = xxhash.xxh3_128(header)
     digest.update(array.reshape(-1).view(np.uint8))  # the bytes, without a copy
     return digest.hexdigest(), len(header) + array.nbytes
+
+
+def drop_written_pages(fd: int) -> None:
+    """Let the kernel drop a file's pages from the page cache once they are on disk.
+
+    A cache entry is written once and read at training time, usually long after or on
+    another machine: its pages are not worth keeping here. Kept, they also made every
+    entry cost fresh memory. A worker keeps its own freed memory for the next subject
+    (see ``mriprep.scheduling``), so the page cache grew out of memory the kernel had
+    not touched for a while, and on the CI VM each such page cost 7 us (the hypervisor
+    hands it back): 0.1 s to write a 60 MB entry. The next entry now reuses the dropped
+    pages: 0.015 s. Only clean pages can be dropped, so this follows the fsync. Without
+    ``posix_fadvise`` (macOS) it does nothing.
+    """
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def file_record(path: Path, array: np.ndarray | None = None) -> dict[str, Any]:
@@ -300,6 +317,7 @@ class Cache:
                     np.save(fh, array, allow_pickle=False)
                     fh.flush()
                     os.fsync(fh.fileno())
+                    drop_written_pages(fh.fileno())
                 files[name] = file_record(path, array)
             extras = {}
             for name, content in extra_files.items():
