@@ -552,7 +552,7 @@ def _resample_linear_itk(
     if volume.label is not None:
         nearest, keep = _itk_resample(volume.label, vox_map, out_shape,
                                       sitk.sitkNearestNeighbor)
-        label = np.where(inside, nearest, 0).astype(volume.label.dtype)
+        label = np.where(inside, nearest, 0).astype(volume.label.dtype, copy=False)
         del nearest, keep
     return image, valid, label, outside
 
