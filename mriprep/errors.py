@@ -41,12 +41,18 @@ class PipelineConfigError(MriprepError, ValueError):
 
 
 class StageError(MriprepError, ValueError):
-    """A subject cannot pass a stage: it is reported with this reason and never cached."""
+    """A subject cannot pass a stage: it is reported with this reason and never cached.
 
-    def __init__(self, stage: str, reason: str, subject: str | None = None):
+    ``metrics`` holds what the stage measured before it gave up, so that the report of a
+    failed subject shows the values behind the reason.
+    """
+
+    def __init__(self, stage: str, reason: str, subject: str | None = None,
+                 metrics: dict | None = None):
         self.stage = stage
         self.reason = reason
         self.subject = subject
+        self.metrics = dict(metrics or {})
         where = f"subject {subject!r}, " if subject else ""
         super().__init__(f"{where}stage {stage!r}: {reason}")
 

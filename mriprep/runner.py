@@ -143,11 +143,13 @@ def process_subject(
     start = time.perf_counter()
     result = _failed_result(task, worker=f"{socket.gethostname()}:{os.getpid()}")
     progress = _Progress("load")
+    failed_stage_metrics: dict[str, Any] = {}
     try:
         configure_worker(threads)
         _process(task, pipeline, Cache(cache_root), force, result, progress)
     except StageError as exc:
         result.update(status="failed", stage=exc.stage, reason=exc.reason)
+        failed_stage_metrics = exc.metrics
     except MriprepError as exc:
         result.update(status="failed", stage=progress.stage, reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - one subject's bug must not stop the cohort
@@ -160,6 +162,8 @@ def process_subject(
     if result["status"] == "failed" and progress.volume is not None:
         result["metrics"] = stage_metrics(progress.volume.provenance)
         result["warnings"] = stage_warnings(progress.volume.provenance)
+    if failed_stage_metrics:
+        result.setdefault("metrics", {})[result["stage"]] = jsonable(failed_stage_metrics)
     result["seconds"] = round(time.perf_counter() - start, 3)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return result

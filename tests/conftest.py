@@ -1,4 +1,4 @@
-"""Shared fixtures: cohorts built from the MNI152 template that nilearn ships (offline)."""
+"""Shared fixtures: the demo cohort (synthetic people made from nilearn's MNI152, offline)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 @pytest.fixture(scope="session")
 def demo_cohort(tmp_path_factory):
-    """The full 12-subject demo cohort (real anatomy, known transforms, planted defects)."""
+    """The full demo cohort: synthetic people in known poses, planted defects and scans
+    registration must refuse (see :mod:`mriprep.demo.cohort`)."""
     from mriprep.demo import build_demo_cohort
 
-    return build_demo_cohort(tmp_path_factory.mktemp("demo_cohort"), n_subjects=12, seed=0)
+    return build_demo_cohort(tmp_path_factory.mktemp("demo_cohort"), seed=0)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def demo_cache(demo_cohort, tmp_path_factory) -> DemoCache:
 
     This is what ``make demo`` preprocesses: the planted broken subjects fail, the rest
     are cached, and the planted leak (sub-11, a copy of sub-01 in another split) is in
-    the cache. The run takes about 100 s, so the whole session shares it: tests only read
+    the cache. The run takes about 60 s, so the whole session shares it: tests only read
     it, and a test that changes a cache changes a clone (``tests/cache_clone.py``).
     """
     from mriprep.pipeline import load_pipeline

@@ -577,7 +577,9 @@ def planted_leak(demo_cohort) -> tuple[str, str]:
 
 
 def subject_keys(root) -> dict[str, str]:
-    return {ref.subject_id: ref.key for ref in Cache(root).entries()}
+    """Cache keys by the demo's scan names (``sub-01``, ``sub-01_ses-2``)."""
+    return {(f"{ref.subject_id}_{ref.session_id}" if ref.session_id else ref.subject_id): ref.key
+            for ref in Cache(root).entries()}
 
 
 def timeless(report_json: dict) -> dict:
@@ -624,7 +626,7 @@ def test_demo_cache_without_the_leak_passes(demo_clean, demo_cache, demo_cohort,
     assert cli_main(["check", str(demo_clean.root)]) == 0
     out = capsys.readouterr().out
     assert "OK: 0 error(s)" in out
-    cached = {r["subject_id"]: r["split"] for r in demo_cache.run.results
+    cached = {(r["subject_id"], r["session_id"]): r["split"] for r in demo_cache.run.results
               if r["status"] == "cached" and r["subject_id"] != copy}
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if line.split()[:1] in (["train"], ["val"], ["test"])}
@@ -687,15 +689,15 @@ def test_demo_entry_from_a_different_pipeline(demo_clean, demo_cache, demo_cohor
 @pytest.mark.slow
 def test_demo_subject_in_train_and_test(demo_clean, capsys):
     keys = subject_keys(demo_clean.root)
-    # A manifest that gives sub-12's scan (test) as a second session of sub-01 (train).
-    second = relabel_entry(demo_clean, keys["sub-12"], "sub-01", "ses-2", "test")
+    # A manifest that gives sub-12's scan (test) as a third session of sub-01 (train).
+    third = relabel_entry(demo_clean, keys["sub-12"], "sub-01", "ses-3", "test")
     status, doc = cli_check(demo_clean.root, capsys)
     assert status == 1
     [finding] = errors_of(doc)
     assert finding["code"] == "subject-split-leak"
     assert finding["subjects"] == ["sub-01"]
-    assert set(finding["keys"]) == {keys["sub-01"], second}
-    assert "test: ses-2" in finding["message"] and "train: (no session)" in finding["message"]
+    assert set(finding["keys"]) == {keys["sub-01"], keys["sub-01_ses-2"], third}
+    assert "test: ses-3" in finding["message"] and "train: (no session)" in finding["message"]
 
 
 @pytest.mark.slow

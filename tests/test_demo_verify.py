@@ -9,17 +9,25 @@ import numpy as np
 import pytest
 
 from mriprep.check import check_cache
-from mriprep.demo_verify import format_verdicts, target_registration_error, verify_demo_run
+from mriprep.demo.verify import (
+    as_reoriented,
+    format_verdicts,
+    target_registration_error,
+    verify_demo_run,
+)
 from mriprep.registration.template import template_brain_points as brain_points_mm
 
 
 def _perfect_results(truth):
     """Results of a run that handled every planted defect exactly as designed."""
     results = []
-    for sid, subject in truth["subjects"].items():
+    for subject in truth["subjects"].values():
+        ids = {"subject_id": subject["subject_id"], "session_id": subject["session_id"]}
         if subject["expected"] == "fail":
-            results.append({"subject_id": sid, "status": "failed", "stage": "load",
-                            "reason": "planted", "metrics": {}})
+            causes = subject["expected_causes"]
+            results.append({**ids, "status": "failed", "reason": "planted",
+                            "stage": "register" if causes else "load",
+                            "metrics": {"register": {"failure": causes[0]}} if causes else {}})
             continue
         metrics = {"sanitize": {"nan": 0, "posinf": 0, "neginf": 0, "extreme": 0},
                    "mask_slices": {},
@@ -34,14 +42,15 @@ def _perfect_results(truth):
                                            neginf=int((big & (values < 0)).sum()),
                                            extreme=int((~big).sum()))
             elif d["kind"] in ("zero_slab", "spike_slice", "dropout_slice"):
-                axis = metrics["mask_slices"].setdefault(f"axis_{d['axis']}", {"flagged": []})
-                axis["flagged"] += d.get("slices", [d.get("index")])
-        results.append({"subject_id": sid, "status": "cached", "metrics": metrics})
+                axis, slices = as_reoriented(subject, d["axis"], d.get("slices", [d.get("index")]))
+                flagged = metrics["mask_slices"].setdefault(f"axis_{axis}", {"flagged": []})
+                flagged["flagged"] += slices
+        results.append({**ids, "status": "cached", "metrics": metrics})
     return results
 
 
 def _leak_findings(truth):
-    leak = next((sid, d["copy_of"]) for sid, s in truth["subjects"].items()
+    leak = next((s["subject_id"], d["copy_of"]) for s in truth["subjects"].values()
                 for d in s["defects"] if d["kind"] == "leak")
     return [SimpleNamespace(code="duplicate-input", subjects=leak)]
 
@@ -57,20 +66,23 @@ def test_a_run_that_handled_every_defect_passes(demo_cohort, points):
     assert all(v.ok for v in verdicts), [v for v in verdicts if not v.ok]
     expectations = " ".join(v.expectation for v in verdicts)
     for word in ("NaN blob", "extreme values", "zero-filled slab", "spike slice",
-                 "dropout slice", "leak", "reported as failed", "registration"):
+                 "dropout slice", "leak", "reported as failed", "registration within",
+                 "refused at register as orientation", "consistent with"):
         assert word in expectations
 
 
 @pytest.mark.parametrize("breakage", ["missed_slice", "nan_undercount", "cached_dead",
-                                      "bad_transform", "no_check"])
+                                      "bad_transform", "inconsistent", "wrong_cause",
+                                      "cached_rotated", "no_check"])
 def test_each_mishandled_defect_is_named(demo_cohort, points, breakage):
     truth = demo_cohort.truth
     results = copy.deepcopy(_perfect_results(truth))
     findings = _leak_findings(truth)
-    by_id = {r["subject_id"]: r for r in results}
+    names = list(truth["subjects"])
+    by_id = dict(zip(names, results))
 
     def with_defect(kind):
-        return next(sid for sid, s in truth["subjects"].items()
+        return next(name for name, s in truth["subjects"].items()
                     if any(d["kind"] == kind for d in s["defects"]))
 
     if breakage == "missed_slice":
@@ -86,8 +98,19 @@ def test_each_mishandled_defect_is_named(demo_cohort, points, breakage):
     elif breakage == "bad_transform":
         sid = with_defect("zero_slab")
         moved = np.array(truth["subjects"][sid]["template_to_subject"])
-        moved[0, 3] += 0.6  # a 0.6 mm shift exceeds the 0.5 mm max bound
+        moved[0, 3] += 5.5  # a 5.5 mm shift exceeds the 5 mm max bound
         by_id[sid]["metrics"]["register"]["template_to_subject"] = moved.tolist()
+    elif breakage == "inconsistent":
+        sid = with_defect("rescan")
+        moved = np.array(truth["subjects"][sid]["template_to_subject"])
+        moved[2, 3] += 1.2  # within the truth bounds, not within consistency's 1 mm
+        by_id[sid]["metrics"]["register"]["template_to_subject"] = moved.tolist()
+    elif breakage == "wrong_cause":
+        sid = with_defect("not_t1")
+        by_id[sid]["metrics"]["register"]["failure"] = "orientation"
+    elif breakage == "cached_rotated":
+        sid = with_defect("header_rotated")
+        by_id[sid].update(status="cached", stage=None, metrics={})
     else:
         sid, findings = with_defect("leak"), None
     failed = [v for v in verify_demo_run(truth, results, findings, points) if not v.ok]
@@ -110,6 +133,10 @@ def test_the_demo_run_meets_every_expectation_of_the_ground_truth(demo_cohort, d
     assert all(v.ok for v in verdicts), format_verdicts(verdicts)
     checked = {v.subject_id for v in verdicts}
     assert checked == set(demo_cohort.subjects)
-    registered = [v for v in verdicts if v.expectation == "registration within bounds"]
+    registered = [v for v in verdicts if v.expectation.startswith("registration within")]
     assert len(registered) == sum(s["expected"] != "fail" for s in demo_cohort.subjects.values())
     assert any(v.expectation.startswith("leak of") for v in verdicts)
+    assert any(v.expectation.startswith("registration consistent") for v in verdicts)
+    refused = [v for v in verdicts if v.expectation.startswith("refused at register")]
+    assert len(refused) == sum(bool(s["expected_causes"])
+                               for s in demo_cohort.subjects.values()) >= 3

@@ -495,31 +495,44 @@ def test_default_pipeline_over_the_demo_cohort(demo_cohort, demo_cache, tmp_path
     assert demo_cache.run.exit_code == 1
     assert demo_cache.run.pipeline.name == "t1w_mni_rigid"
     assert (demo_cache.run.scheduler, demo_cache.run.workers) == ("processes", 2)
+    from mriprep.demo.verify import TRUTH_MEAN_LIMIT_MM
+
     truth = demo_cohort.subjects
     doc = json.loads((cache_root / "reports" / "latest.json").read_text())
-    rows = {r["subject_id"]: r for r in doc["subjects"]}
+
+    def scan_name(subject_id, session_id):
+        return f"{subject_id}_{session_id}" if session_id else subject_id
+
+    rows = {scan_name(r["subject_id"], r["session_id"]): r for r in doc["subjects"]}
+    assert set(rows) == set(truth)
     expected_failures = {s for s, t in truth.items() if t["expected"] == "fail"}
     assert {s for s, r in rows.items() if r["status"] == "failed"} == expected_failures
     for sid in expected_failures:
         kinds = {d["kind"] for d in truth[sid]["defects"]}
         if "truncated_file" in kinds:
             assert rows[sid]["stage"] == "load" and "voxel data is not" in rows[sid]["reason"]
+        elif truth[sid]["expected_causes"]:  # refused by registration, metrics kept
+            assert rows[sid]["stage"] == "register"
+            assert rows[sid]["metrics"]["register"]["failure"] in truth[sid]["expected_causes"]
+            assert "search_best_ncc" in rows[sid]["metrics"]["register"]
         else:  # a dead (constant) volume: no stage after the quality stages may cache it
             assert rows[sid]["stage"] in ("sanitize", "mask_slices", "register", "normalize")
             assert rows[sid]["reason"]
     cache = Cache(cache_root)
     points = template_brain_points()
     for ref in cache.entries():
+        name = scan_name(ref.subject_id, ref.session_id)
         meta = cache.read_meta(ref.key)
-        assert meta["shape"] == [197, 233, 189] and ref.split == truth[ref.subject_id]["split"]
-        assert rows[ref.subject_id]["metrics"]["register"]["similarity"] > 0.7
+        assert meta["shape"] == [197, 233, 189] and ref.split == truth[name]["split"]
+        # Other people score 0.57-0.73 on the calibration set (a template copy 0.94-0.99).
+        assert 0.45 < rows[name]["metrics"]["register"]["similarity"] < 0.9
         written = sitk.ReadTransform(str(cache.entry_dir(ref.key) / "transform.tfm"))
         np.testing.assert_allclose(matrix_from_sitk(written), meta["template_to_subject"],
                                    atol=1e-6)
         mean_mm, _ = target_registration_error(
             np.asarray(meta["template_to_subject"]),
-            np.asarray(truth[ref.subject_id]["template_to_subject"]), points)
-        assert mean_mm < 1.0, ref.subject_id
+            np.asarray(truth[name]["template_to_subject"]), points)
+        assert mean_mm < TRUTH_MEAN_LIMIT_MM, name
     # The rerun goes through the CLI, on a clone: the session's demo cache stays as the
     # first run left it for the other tests.
     clone = clone_cache(cache_root, tmp_path / "cache")

@@ -1,9 +1,10 @@
 """``mriprep demo DIR``: build the demo cohort, preprocess it, check it, score it.
 
-The demo is the whole product on real anatomy with known truth: a cohort made from the
-MNI152 template with known rigid transforms and planted defects (see ``mriprep.demo``),
-``mriprep run`` over it, ``mriprep check`` on the cache, and a verdict per planted defect
-against the ground truth. Exit 0 exactly when every defect was handled as designed.
+The demo is the whole product on anatomy that is not the template, with known truth: a
+cohort of synthetic people in known poses, with planted defects and scans that must be
+refused (see :mod:`mriprep.demo.cohort`), ``mriprep run`` over it, ``mriprep check`` on
+the cache, and a verdict per expectation against the ground truth. Exit 0 exactly when
+every defect and failure was handled as designed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from mriprep.demo import build_demo_cohort, load_demo_cohort
+from mriprep.demo import DEFAULT_SUBJECTS, build_demo_cohort, load_demo_cohort
 
 
 def add_parser(subparsers) -> None:
@@ -22,20 +23,25 @@ def add_parser(subparsers) -> None:
         "demo",
         help="build a demo cohort with known truth (and optionally run and check it)",
         description=(
-            "Build a demo cohort from the MNI152 template shipped with nilearn (offline): "
-            "subjects with known random rigid transforms, thick-slice anisotropic grids, "
-            "bias field, Rician noise, CSF/GM/WM labels and planted defects (NaN blob, "
-            "1e30/1e308 values, zero-filled slab, artifact slices, dead volume, truncated "
-            "file, a subject leaked into another split). DIR receives images/, labels/, "
-            "cohort.csv and ground_truth.json. With --run the default pipeline "
-            "preprocesses it into DIR/cache; with --check the cache is checked; then every "
-            "planted defect is scored against the ground truth."
+            "Build a demo cohort of synthetic people (offline): the MNI152 template "
+            "shipped with nilearn warped nonlinearly by several mm, rescaled, with its "
+            "own tissue contrast, scalp, skull and neck, scanned in known random poses on "
+            "1 mm, thick-slice, oblique and backwards-stored grids with bias field and "
+            "Rician noise; CSF/GM/WM labels; planted defects (NaN blob, 1e30/1e308 "
+            "values, zero-filled slab, artifact slices, dead volume, truncated file, a "
+            "subject leaked into another split); scans registration must refuse (a "
+            "header turned by 90 degrees, a T2 contrast, a 40 mm slab); and one person "
+            "scanned twice. DIR receives images/, labels/, cohort.csv and "
+            "ground_truth.json. With --run the default pipeline preprocesses it into "
+            "DIR/cache; with --check the cache is checked; then every expectation is "
+            "scored against the ground truth."
         ),
         epilog="Example: mriprep demo demo_out --run --check   (what `make demo` runs)",
     )
     p.add_argument("directory", metavar="DIR", help="folder for the cohort (created)")
-    p.add_argument("--subjects", type=int, default=12,
-                   help="number of subjects (default 12: every planted defect)")
+    p.add_argument("--subjects", type=int, default=DEFAULT_SUBJECTS,
+                   help=f"number of scans (default {DEFAULT_SUBJECTS}: every planted "
+                        "defect and failure)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--run", action="store_true",
                    help="preprocess the cohort with `mriprep run` into DIR/cache")
@@ -83,10 +89,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
         results = json.loads(report.read_text())["subjects"]
 
-    from mriprep.demo_verify import format_verdicts, verify_demo_run
+    from mriprep.demo.verify import format_verdicts, verify_demo_run
 
     verdicts = verify_demo_run(cohort.truth, results, findings)
-    print("\n== demo: planted defects against the ground truth")
+    print("\n== demo: planted defects and failures against the ground truth")
     print(format_verdicts(verdicts))
     ok = all(v.ok for v in verdicts)
     print("demo: every planted defect was handled as designed" if ok

@@ -7,10 +7,14 @@ the order of the steps; the work is done here, one topic per module:
   transforms and images, and the target registration error;
 * :mod:`~mriprep.registration.pyramid`: isotropic resolution levels built by normalised
   convolution, bias-field flattening, centres of mass;
-* :mod:`~mriprep.registration.template`: the template's brain mask, brain points and
-  pyramid, built once per process;
+* :mod:`~mriprep.registration.template`: the template's brain mask, brain points,
+  pyramid and search windows, built once per process;
+* :mod:`~mriprep.registration.search`: the global search over the 24 axis orientations
+  and all positions (masked normalised cross-correlation by FFT) that starts the
+  optimiser;
 * :mod:`~mriprep.registration.backend`: what every backend receives and returns;
 * :mod:`~mriprep.registration.sitk_backend`, :mod:`~mriprep.registration.ants_backend`:
   the two optimisers;
-* :mod:`~mriprep.registration.quality`: the post-registration similarity check.
+* :mod:`~mriprep.registration.checks`: head size, similarity, overlap and the
+  diagnosis of a failed registration with its likely cause.
 """

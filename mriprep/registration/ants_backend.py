@@ -93,7 +93,7 @@ def register_ants(
             "--masks", masks,
             "--random-seed", str(params.seed), "--verbose", "1",
         ]
-        with _ANTS_LOCK, _captured_stdout(folder) as log:
+        with _ANTS_LOCK, captured_stdout(folder) as log:
             ants.registration(args, None)
         diagnostics = parse_ants_log(log.read_text(errors="replace"))
         lps = ras_to_lps(matrix_from_ants(ants.read_transform(prefix + "0GenericAffine.mat")))
@@ -126,9 +126,9 @@ def import_ants(threads: int):
 
 
 @contextlib.contextmanager
-def _captured_stdout(folder: str):
-    """Send the process's stdout (file descriptor 1, where ANTs' C++ code prints its
-    iteration log) to a file for the duration, and yield its path."""
+def captured_stdout(folder: str):
+    """Send the process's stdout (file descriptor 1, where ANTs' and other C++ code
+    print their logs) to a file in ``folder`` for the duration, and yield its path."""
     path = Path(folder) / "ants.log"
     sys.stdout.flush()
     saved = os.dup(1)

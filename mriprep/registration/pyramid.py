@@ -126,12 +126,10 @@ def flatten_bias(values: np.ndarray, usable: np.ndarray, affine, sigma_mm: float
     return (values / local_mean).astype(np.float32)
 
 
-def subject_pyramid(
-    volume: Volume, levels: tuple[float, ...], bias_sigma_mm: float
-) -> list[Level]:
-    """The subject's levels, coarse to fine, each bias-flattened.
+def build_levels(volume: Volume, levels: tuple[float, ...]) -> list[Level]:
+    """The subject's levels, coarse to fine, not bias-flattened.
 
-    The finest level is downsampled from the input, coarser ones from the finest
+    The finest level is downsampled from the input, each coarser one from the next finer
     (cheap); each level's mask holds the voxels mostly made of valid input.
 
     Parameters
@@ -140,8 +138,6 @@ def subject_pyramid(
         Finite data; ``valid`` marks the voxels that may contribute.
     levels : tuple of float
         Distinct voxel sizes (mm), coarse to fine.
-    bias_sigma_mm : float
-        Width of the bias-field estimate (see :func:`flatten_bias`); 0 disables it.
     """
     fine_to_coarse: list[Level] = []
     data, weight, affine = volume.data, volume.valid, volume.affine
@@ -150,11 +146,27 @@ def subject_pyramid(
         mask = support >= MIN_LEVEL_WEIGHT
         fine_to_coarse.append(Level(values, affine, mask, spacing_mm))
         data, weight = values, mask
+    return fine_to_coarse[::-1]
+
+
+def flattened(levels: list[Level], bias_sigma_mm: float) -> list[Level]:
+    """Each level with its bias field divided out (see :func:`flatten_bias`)."""
     return [
         Level(flatten_bias(level.data, level.mask, level.affine, bias_sigma_mm),
               level.affine, level.mask, level.spacing_mm)
-        for level in reversed(fine_to_coarse)
+        for level in levels
     ]
+
+
+def subject_pyramid(
+    volume: Volume, levels: tuple[float, ...], bias_sigma_mm: float
+) -> list[Level]:
+    """The subject's levels (:func:`build_levels`), coarse to fine, each bias-flattened.
+
+    ``bias_sigma_mm`` is the width of the bias-field estimate (see
+    :func:`flatten_bias`); 0 disables it.
+    """
+    return flattened(build_levels(volume, levels), bias_sigma_mm)
 
 
 def centre_of_mass(data: np.ndarray, affine: np.ndarray, mask: np.ndarray | None = None):

@@ -1,6 +1,7 @@
-"""The template side of registration: its brain mask, brain points and pyramid.
+"""The template side of registration: its brain mask, brain points, pyramid and the
+orientation search's windows.
 
-All three are read-only and cached per process (MNI152's pyramid takes ~0.8 s).
+All are read-only and cached per process (MNI152's pyramid takes ~0.8 s).
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from nibabel.affines import apply_affine, voxel_sizes
 from scipy import ndimage
 
 from mriprep.errors import PipelineConfigError
-from mriprep.registration.pyramid import HEAD_FRACTION, Level, level_grid, subject_pyramid
+from mriprep.registration.pyramid import (
+    HEAD_FRACTION,
+    Level,
+    build_levels,
+    level_grid,
+    subject_pyramid,
+)
+from mriprep.registration.search import ORIENTATIONS, Window, template_windows, tilts
 from mriprep.templates import load_template
 
 
@@ -111,3 +119,39 @@ def mask_centroid(mask: np.ndarray) -> np.ndarray:
         counts = np.count_nonzero(mask, axis=others)
         centre.append(float(np.dot(np.arange(mask.shape[axis]), counts)) / total)
     return np.asarray(centre)
+
+
+@functools.lru_cache(maxsize=4)
+def template_search_level(template: str, spacing_mm: float):
+    """The template at the search spacing, not bias-flattened like the subject's search
+    level: (level, brain mask on its grid, brain centre in RAS mm)."""
+    vol = load_template(template)
+    brain = template_brain_mask(template)
+    (level,) = build_levels(vol, (spacing_mm,))
+    (brain_level,) = _brain_levels(brain, vol.affine, (spacing_mm,))
+    return level, brain_level, apply_affine(vol.affine, mask_centroid(brain))
+
+
+@functools.lru_cache(maxsize=4)
+def template_search_windows(template: str, spacing_mm: float) -> tuple[Window, ...]:
+    """The template brain in each of the 24 orientations of the search
+    (:func:`mriprep.registration.search.template_windows`), turned about its centre."""
+    return template_windows(*template_search_level(template, spacing_mm))
+
+
+@functools.lru_cache(maxsize=64)
+def template_tilted_windows(template: str, spacing_mm: float, orientation: int
+                            ) -> tuple[Window, ...]:
+    """The template brain in orientation number ``orientation`` of the search, turned
+    further by each of :func:`mriprep.registration.search.tilts`."""
+    base = ORIENTATIONS[orientation]
+    return template_windows(*template_search_level(template, spacing_mm),
+                            rotations=tuple(base @ tilt for tilt in tilts()))
+
+
+def search_reach(template: str, spacing_mm: float) -> int:
+    """The largest extent (voxels) of the template brain in any rotation: its bounding
+    box's diagonal."""
+    level, brain, _ = template_search_level(template, spacing_mm)
+    ijk = np.argwhere(brain)
+    return int(np.ceil(np.linalg.norm(ijk.max(axis=0) - ijk.min(axis=0)))) + 2

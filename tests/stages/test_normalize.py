@@ -19,8 +19,8 @@ from mriprep.volume import Volume
 
 
 @pytest.fixture(scope="module")
-def head(template_head) -> Volume:
-    return sanitize(template_head())
+def head(head_builder) -> Volume:
+    return sanitize(head_builder())
 
 
 def test_zscore_gives_the_foreground_mean_zero_and_unit_spread(head):
@@ -34,9 +34,10 @@ def test_zscore_gives_the_foreground_mean_zero_and_unit_spread(head):
     low, high = metrics["clip_range"]
     expected = (np.clip(head.data, low, high) - metrics["mean"]) / metrics["std"]
     np.testing.assert_allclose(out.data, expected, rtol=1e-5, atol=1e-5)
-    # The background keeps its contrast: it sits well below the brain, and varies.
+    # The background keeps its contrast: it sits well below the brain, and its noise
+    # varies (Rician sigma 15 over a head spread of ~330: about 0.045), not flattened.
     background = ~brain
-    assert out.data[background].mean() < -2.0 and out.data[background].std() > 0.05
+    assert out.data[background].mean() < -2.0 and out.data[background].std() > 0.02
 
 
 def test_clipping_keeps_a_few_bright_voxels_from_flattening_the_brain(head):
@@ -115,7 +116,7 @@ def test_a_constant_image_is_an_error_not_a_division_by_zero(head, mode):
     dead = head.replace(data=np.full(head.shape, 100.0, dtype=np.float32))
     with pytest.raises(StageError, match=r"the image is constant .*100") as info:
         normalize(dead, mode=mode)
-    assert info.value.stage == "normalize" and info.value.subject == "template-head"
+    assert info.value.stage == "normalize" and info.value.subject == "test-head"
 
 
 def test_a_nearly_constant_foreground_is_refused_by_eps(head):

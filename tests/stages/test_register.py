@@ -1,61 +1,63 @@
-"""register: accuracy against known transforms, determinism, masks, failure detection.
+"""register: accuracy on people who are not the template, determinism, masks, and
+every kind of failure it must refuse, with the cause it must name.
 
-Subjects are the MNI152 template moved by a known rigid transform onto their own grid
-(1 mm isotropic or 1x1x5 mm), with a ±15% bias field and Rician noise, as scanners make
-them. The target registration error (TRE) is measured over the template's brain voxels.
+Subjects are synthetic people (MNI152 warped nonlinearly, rescaled, recontrasted, with
+scalp and neck; :mod:`mriprep.demo.anatomy`) scanned in known poses on 1 mm and thick
+grids with a bias field and Rician noise. Accuracy is measured two ways over the
+template's brain voxels: consistency (one person in two poses: the second transform
+predicted from the first through the known motion, where the warp cancels) and against
+the known rigid part of the person's warp (ambiguous by about a millimetre).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
 import SimpleITK as sitk
 
+from mriprep.demo.calibration import HEADER_ERRORS, person, slab_of, wrong_header
+from mriprep.demo.scanner import Acquisition, Scan, acquire
+from mriprep.demo.verify import (
+    CONSISTENCY_MAX_LIMIT_MM,
+    CONSISTENCY_MEAN_LIMIT_MM,
+    TRUTH_MAX_LIMIT_MM,
+    TRUTH_MEAN_LIMIT_MM,
+)
 from mriprep.errors import PipelineConfigError, StageError
-from mriprep.stages import get_stage
 from mriprep.registration.geometry import (
     RAS_TO_LPS,
     matrix_from_sitk,
     target_registration_error,
     to_sitk_transform,
 )
+from mriprep.registration.geometry import rigid_matrix as rigid
 from mriprep.registration.template import template_brain_points
+from mriprep.stages import get_stage
 from mriprep.stages.register import RegisterParams, register_volume
 from mriprep.templates import load_template
-from mriprep.registration.geometry import rigid_matrix as rigid
-from mriprep.volume import PendingTransform, Volume
+from mriprep.volume import Volume
 
-MAX_MEAN_TRE_MM = 0.25
-MAX_MAX_TRE_MM = 0.5
+from .conftest import TEST_PERSON
 
-
-def moved_head(template_to_subject, spacing=(1.0, 1.0, 1.0), seed=0) -> Volume:
-    """The template moved by ``template_to_subject`` onto a grid covering its head, with
-    a smooth ±15% bias field and Rician noise (SNR ~65 in white matter)."""
-    template = load_template("mni152")
-    head = np.argwhere(template.data > 0.02)
-    lo, hi = head.min(axis=0) - 4, head.max(axis=0) + 4
-    corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1])
-                        for z in (lo[2], hi[2])], dtype=float)
-    world = corners @ template.affine[:3, :3].T + template.affine[:3, 3]
-    world = world @ template_to_subject[:3, :3].T + template_to_subject[:3, 3]
-    spacing = np.asarray(spacing, dtype=float)
-    shape = tuple(int(n) for n in np.ceil((world.max(0) - world.min(0)) / spacing) + 1)
-    affine = np.diag([*spacing, 1.0])
-    affine[:3, 3] = world.min(0)
-    scale = 1000.0 / np.percentile(template.data[template.data > 0.2], 75)
-    source = Volume.from_array(template.data * scale, template.affine).replace(
-        pending=PendingTransform(np.linalg.inv(template_to_subject), shape, affine)
-    )
-    clean = get_stage("resample")(source).data
-    rng = np.random.default_rng(seed)
-    axes = np.meshgrid(*[np.linspace(-1, 1, n) for n in shape], indexing="ij", sparse=True)
-    bias = np.exp(sum(c * a for c, a in zip(rng.uniform(-0.15, 0.15, 3), axes)))
-    noisy = np.hypot(clean * bias + rng.normal(0, 15, shape), rng.normal(0, 15, shape))
-    return Volume.from_array(noisy.astype(np.float32), affine, subject_id=f"moved-{seed}")
+POSE = rigid((7.0, -5.0, 8.0), (6.0, -8.0, 4.0))
+SECOND_POSE = rigid((-6.0, 4.0, -12.0), (-5.0, 7.0, -3.0))
 
 
-TRUTH = rigid((7.0, -5.0, 8.0), (6.0, -8.0, 4.0))
+def scan_of(anatomy, pose=POSE, acquisition=Acquisition(), seed=0) -> Scan:
+    return acquire(anatomy, pose, acquisition, np.random.default_rng([TEST_PERSON, seed]))
+
+
+def prepared(scan: Scan, name="test-person") -> Volume:
+    """What the default pipeline hands to register: reoriented, sanitized."""
+    volume = Volume.from_array(scan.data, scan.affine, subject_id=name)
+    return get_stage("sanitize")(get_stage("reorient")(volume))
+
+
+@functools.lru_cache(maxsize=1)
+def _test_person():
+    return person(TEST_PERSON)
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +66,13 @@ def brain_points():
 
 
 @pytest.fixture(scope="module")
-def subject():
-    return moved_head(TRUTH, seed=1)
+def scan():
+    return scan_of(_test_person())
+
+
+@pytest.fixture(scope="module")
+def subject(scan):
+    return prepared(scan)
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +81,30 @@ def registered(subject):
     return get_stage("register")(subject)
 
 
-def test_registration_recovers_a_known_transform(registered, brain_points):
-    estimated = registered.pending.template_to_subject
-    mean, worst = target_registration_error(estimated, TRUTH, brain_points)
-    assert mean <= MAX_MEAN_TRE_MM and worst <= MAX_MAX_TRE_MM, (mean, worst)
+def _within_truth(estimated, truth, points):
+    mean, worst = target_registration_error(estimated, truth, points)
+    assert mean <= TRUTH_MEAN_LIMIT_MM and worst <= TRUTH_MAX_LIMIT_MM, (mean, worst)
+
+
+def test_registration_of_another_person_lands_on_the_known_rigid_truth(
+        scan, registered, brain_points):
+    _within_truth(registered.pending.template_to_subject, scan.template_to_subject,
+                  brain_points)
+
+
+def test_two_poses_of_one_person_register_consistently_with_the_known_motion(
+        scan, registered, brain_points):
+    """A thick oblique scan of the same person in another pose: its transform agrees
+    with the first one moved by the known motion (the warp's ambiguity cancels)."""
+    thick = scan_of(_test_person(), SECOND_POSE,
+                    Acquisition((1.0, 1.0, 4.0), "axial", tilt_deg=15.0), seed=1)
+    second = register_volume(prepared(thick), RegisterParams()).template_to_subject
+    motion = SECOND_POSE @ np.linalg.inv(POSE)
+    predicted = motion @ registered.pending.template_to_subject
+    mean, worst = target_registration_error(second, predicted, brain_points)
+    assert mean <= CONSISTENCY_MEAN_LIMIT_MM and worst <= CONSISTENCY_MAX_LIMIT_MM, (
+        mean, worst)
+    _within_truth(second, thick.template_to_subject, brain_points)
 
 
 def test_stage_hands_the_transform_to_resample_and_records_it(subject, registered):
@@ -92,7 +119,11 @@ def test_stage_hands_the_transform_to_resample_and_records_it(subject, registere
     assert metrics["stop_condition"] and len(metrics["iterations"]) == 2
     assert all(n >= 1 for n in metrics["iterations"])
     assert np.isfinite(metrics["metric_value"]) and metrics["metric_value"] < 0
-    assert metrics["similarity"] > 0.9 and metrics["seconds"] > 0
+    # Another person scores well below a copy of the template (0.94-0.99), above the
+    # failures (<= 0.17 on the calibration set).
+    assert 0.45 < metrics["similarity"] < 0.9 and metrics["seconds"] > 0
+    assert 150 < metrics["head_length_mm"] < 450
+    assert metrics["search_best_ncc"] > 0.5 and metrics["rotation_deg"] < 45
     # The recorded ITK parameters rebuild the same transform (what a .tfm file holds).
     euler = sitk.Euler3DTransform()
     euler.SetFixedParameters(metrics["itk_transform"]["fixed_parameters"])
@@ -111,47 +142,82 @@ def test_same_seed_and_threads_give_bit_identical_transforms(subject, registered
     assert list(again.iterations) == first["iterations"]
 
 
-def test_anisotropic_thick_slice_subject_registers_accurately(brain_points):
-    truth = rigid((-6.0, 4.0, -9.0), (-5.0, 7.0, -3.0))
-    thick = moved_head(truth, spacing=(1.0, 1.0, 5.0), seed=2)
-    result = register_volume(thick, RegisterParams())
-    mean, worst = target_registration_error(result.template_to_subject, truth, brain_points)
-    assert mean <= MAX_MEAN_TRE_MM and worst <= MAX_MAX_TRE_MM, (mean, worst)
+def test_invalid_voxels_do_not_pull_the_registration(subject, brain_points):
+    """A 20 mm slab of slices moved by 12 mm and 2.5x brighter (motion and a gain jump
+    during part of the acquisition): marked invalid, it changes nothing, bit for bit,
+    against the same mask over clean data; left valid, it drags the result away.
 
-
-def test_invalid_voxels_do_not_pull_the_registration(subject, registered, brain_points):
-    # The left half of the head displaced by 8 mm (motion during half the acquisition):
-    # marked invalid it must not move the result; left valid it drags it millimetres.
-    data = subject.data.copy()
-    half = (slice(0, subject.shape[0] // 2), slice(None), slice(None))
-    data[half] = np.roll(subject.data, 8, axis=1)[half]
+    (The reference is the masked clean scan, not the unmasked one: on a person who is
+    not the template, the rigid optimum depends on which part of the brain is seen.)
+    """
+    inside = np.argwhere(subject.data > 300)
+    start = int(np.median(inside[:, 2]))
+    slab = (slice(None), slice(None), slice(start, start + 20))
     valid = np.ones(subject.shape, dtype=bool)
-    valid[half] = False
-    masked = register_volume(subject.replace(data=data, valid=valid), RegisterParams())
-    unmasked = register_volume(subject.replace(data=data), RegisterParams())
-    clean = registered.pending.template_to_subject
-    mean, worst = target_registration_error(masked.template_to_subject, TRUTH, brain_points)
-    assert mean <= MAX_MEAN_TRE_MM and worst <= MAX_MAX_TRE_MM, (mean, worst)
-    moved_masked = target_registration_error(masked.template_to_subject, clean, brain_points)
-    moved_unmasked = target_registration_error(unmasked.template_to_subject, clean,
-                                               brain_points)
-    assert moved_masked[0] < 0.1 and moved_unmasked[0] > 1.0, (moved_masked, moved_unmasked)
+    valid[slab] = False
+    corrupted = subject.data.copy()
+    corrupted[slab] = np.roll(subject.data, 12, axis=1)[slab] * np.float32(2.5)
+    reference = register_volume(subject.replace(valid=valid), RegisterParams())
+    masked = register_volume(subject.replace(data=corrupted, valid=valid), RegisterParams())
+    unmasked = register_volume(subject.replace(data=corrupted), RegisterParams())
+    np.testing.assert_array_equal(masked.template_to_subject, reference.template_to_subject)
+    moved = target_registration_error(unmasked.template_to_subject,
+                                      reference.template_to_subject, brain_points)
+    assert moved[0] > 1.0, moved
 
 
-@pytest.mark.parametrize(
-    "name, flip",
-    [
-        ("front-back flipped", lambda a: a[:, ::-1, :]),
-        ("rotated 90 degrees", lambda a: np.rot90(a, axes=(0, 1))),
-    ],
-)
-def test_failed_registration_is_reported_not_cached(subject, name, flip):
-    broken = subject.replace(data=np.ascontiguousarray(flip(subject.data)),
-                             valid=np.ascontiguousarray(flip(subject.valid)))
-    with pytest.raises(StageError, match=r"registration failed its check: similarity "
-                                         r"-?0\.\d+ .* below min_similarity=0\.5") as caught:
-        get_stage("register")(broken, max_iterations=60)
-    assert caught.value.subject == subject.subject_id and caught.value.stage == "register"
+def _refusal(volume: Volume) -> StageError:
+    with pytest.raises(StageError) as caught:
+        get_stage("register")(volume)
+    error = caught.value
+    assert error.stage == "register" and error.subject == volume.subject_id
+    return error
+
+
+@pytest.mark.parametrize("header_error", ["rot90_lr", "rot180_si", "flip_ap", "permuted"])
+def test_a_wrong_header_orientation_is_refused_and_named(scan, header_error):
+    """Quarter and half turns, a front-back flip, permuted axes: each registers well
+    only when turned, so the stage names the header, not the anatomy."""
+    wrong = wrong_header(lambda: scan, HEADER_ERRORS[header_error])
+    error = _refusal(prepared(wrong, "wrong-header"))
+    assert error.metrics["failure"] == "orientation", error.reason
+    assert "header orientation is wrong" in str(error)
+    assert "The directions the header calls R, A, S point" in str(error)
+    # The failed subject keeps its register metrics for the report.
+    assert error.metrics["rotation_deg"] > 45 and error.metrics["similarity"] > 0.45
+
+
+def test_a_partial_field_of_view_is_refused_as_such(scan):
+    slab = slab_of(lambda: scan, 0.5, 40.0)
+    error = _refusal(prepared(slab, "slab"))
+    assert error.metrics["failure"] == "field_of_view", error.reason
+    assert "covers only part of the brain" in str(error)
+
+
+def test_noise_without_a_head_is_refused_as_no_brain():
+    rng = np.random.default_rng(3)
+    shape = (120, 140, 120)
+    noise = np.hypot(rng.normal(0, 15, shape), rng.normal(0, 15, shape)).astype(np.float32)
+    affine = np.diag([1.5, 1.5, 1.5, 1.0])
+    affine[:3, 3] = -0.75 * np.asarray(shape)
+    error = _refusal(prepared(Scan(noise, None, affine, np.eye(4), None), "noise"))
+    assert error.metrics["failure"] in ("no_brain", "not_t1"), error.reason
+    assert "header" not in str(error)
+
+
+def test_a_head_of_another_species_size_is_refused_as_head_size():
+    small = person(TEST_PERSON + 1, head_scale=0.45)  # a macaque brain is ~0.45 of ours
+    error = _refusal(prepared(scan_of(small), "small-head"))
+    assert error.metrics["failure"] == "head_size", error.reason
+    assert "outside the human range" in str(error)
+    assert error.metrics["head_length_mm"] < 150
+
+
+def test_a_t2_contrast_is_refused_without_blaming_the_header():
+    t2 = person(TEST_PERSON + 2, contrast="t2")
+    error = _refusal(prepared(scan_of(t2), "t2-head"))
+    assert error.metrics["failure"] in ("not_t1", "no_brain"), error.reason
+    assert "T2" in str(error) and "header" not in str(error)
 
 
 def test_left_right_flip_is_undetectable_with_the_symmetric_template():
@@ -176,7 +242,7 @@ def test_non_finite_input_is_refused(subject):
         ({"seed": 0}, "seed must be at least 1"),
         ({"level_spacings_mm": (2.0, 4.0, 4.0)}, "from coarse to fine"),
         ({"sampling_fraction": 0.0}, r"sampling_fraction must lie in \(0, 1\]"),
-        ({"min_similarity": 2.0}, r"must lie in \[-1, 1\]"),
+        ({"min_similarity": 2.0}, r"must lie in \[0, 1\]"),
     ],
 )
 def test_bad_parameters_are_refused(changes, message):
@@ -197,12 +263,11 @@ def test_itk_transform_maps_points_like_the_ras_matrix(tmp_path):
         np.testing.assert_allclose(flip @ moved, expected, atol=1e-9)
 
 
-def test_ants_backend_recovers_the_transform_and_reports_its_run(subject, brain_points):
+def test_ants_backend_lands_on_the_truth_and_reports_its_run(scan, subject, brain_points):
     result = register_volume(subject, RegisterParams(backend="ants"))
-    mean, worst = target_registration_error(result.template_to_subject, TRUTH, brain_points)
-    assert mean <= MAX_MEAN_TRE_MM and worst <= MAX_MAX_TRE_MM, (mean, worst)
+    _within_truth(result.template_to_subject, scan.template_to_subject, brain_points)
     assert len(result.iterations) == 2 and all(n >= 1 for n in result.iterations)
-    assert np.isfinite(result.metric_value) and result.similarity > 0.9
+    assert np.isfinite(result.metric_value) and 0.45 < result.similarity < 0.9
 
 
 @pytest.mark.slow
@@ -216,23 +281,23 @@ def test_ants_backend_is_deterministic(subject):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sitk", "ants"])
-def test_demo_cohort_registration_error_is_within_bounds(demo_cohort, brain_points, backend):
+def test_the_ants_backend_lands_on_the_truth_on_the_demo_grids(demo_cohort, brain_points):
+    """The sitk backend is scored on every demo scan by the demo run's referee
+    (tests/test_demo_verify.py); the ants backend here on the grids that differ most:
+    thick coronal, oblique 5 mm axial, 5 mm coronal stored backwards, sagittal."""
     from mriprep.io import load_volume
 
     errors = {}
-    for subject_id, truth in demo_cohort.subjects.items():
-        if truth["expected"] != "cached":
-            continue
-        volume = load_volume(demo_cohort.image_path(subject_id), subject_id=subject_id)
-        for name in ("reorient", "sanitize", "mask_slices"):
-            volume = get_stage(name)(volume)
-        result = register_volume(volume, RegisterParams(backend=backend))
-        errors[subject_id] = target_registration_error(
+    for name in ("sub-04", "sub-06", "sub-08", "sub-12"):
+        truth = demo_cohort.subjects[name]
+        volume = load_volume(demo_cohort.image_path(name), subject_id=name)
+        for stage in ("reorient", "sanitize", "mask_slices"):
+            volume = get_stage(stage)(volume)
+        result = register_volume(volume, RegisterParams(backend="ants"))
+        errors[name] = target_registration_error(
             result.template_to_subject, np.asarray(truth["template_to_subject"]),
             brain_points,
         )
-    assert errors
     too_far = {s: e for s, e in errors.items()
-               if e[0] > MAX_MEAN_TRE_MM or e[1] > MAX_MAX_TRE_MM}
+               if e[0] > TRUTH_MEAN_LIMIT_MM or e[1] > TRUTH_MAX_LIMIT_MM}
     assert not too_far, too_far

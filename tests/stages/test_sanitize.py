@@ -29,8 +29,8 @@ STRATEGIES = ("zero", "mean", "median", "local")
 
 
 @pytest.fixture(scope="module")
-def head(template_head) -> Volume:
-    return template_head()
+def head(head_builder) -> Volume:
+    return head_builder()
 
 
 def _brain_points(volume: Volume, n: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -105,9 +105,20 @@ def test_global_strategies_fill_with_a_foreground_statistic(corrupted):
     assert filled["mean"] != filled["median"]
 
 
+def _deep_white_matter(volume) -> tuple[int, int, int]:
+    """The centre of the most uniform white-matter-bright 18 mm cube of the head."""
+    from scipy import ndimage
+
+    mean = ndimage.uniform_filter(volume.data.astype(np.float64), 9)
+    spread = np.sqrt(np.maximum(ndimage.uniform_filter(volume.data.astype(np.float64) ** 2, 9)
+                                - mean**2, 0))
+    score = np.abs(mean - 1000.0) + spread  # white matter sits near 1000
+    return tuple(int(i) for i in np.unravel_index(np.argmin(score), score.shape))
+
+
 def test_local_fill_follows_the_anatomy_better_than_a_global_value(head):
     data = head.data.copy()
-    hole = _ball(head.shape, (40, 62, 60), 4)  # 8 mm radius in white matter
+    hole = _ball(head.shape, _deep_white_matter(head), 4)  # 8 mm radius in white matter
     data[hole] = np.nan
     volume = head.replace(data=data)
     local = sanitize(volume, strategy="local").data[hole]
@@ -174,7 +185,7 @@ def test_too_many_invalid_voxels_fail_the_subject_with_the_fraction(head):
     with pytest.raises(StageError) as info:
         sanitize(head.replace(data=data))
     err = info.value
-    assert err.stage == "sanitize" and err.subject == "template-head"
+    assert err.stage == "sanitize" and err.subject == "test-head"
     assert f"{n_slabs / head.shape[0]:.1%} of voxels are invalid" in str(err)
     assert f"nan={n_slabs * head.shape[1] * head.shape[2]}" in str(err)
     assert "max_invalid_fraction=0.15" in str(err)
@@ -203,7 +214,7 @@ def test_a_constant_image_fails_here_naming_its_value_and_the_fix(head, level):
     with pytest.raises(StageError) as info:
         sanitize(dead)
     err = info.value
-    assert err.stage == "sanitize" and err.subject == "template-head"
+    assert err.stage == "sanitize" and err.subject == "test-head"
     assert f"the image is constant (every voxel = {level!r})" in err.reason
     assert "dead or empty scan" in err.reason
     assert "check the acquisition or the export" in err.reason
