@@ -17,8 +17,8 @@ Index checks (pure, on the index summaries; :mod:`mriprep.integrity.index`)
     ``duplicate-tensor``, ``duplicate-session`` (warning), ``near-duplicate`` (warning),
     ``grid-mismatch`` (warning).
 Manifest checks (with ``manifest=``; :mod:`mriprep.integrity.manifest`)
-    ``manifest-missing``, ``manifest-failed`` (warning), ``manifest-split-mismatch``,
-    ``not-in-manifest`` (warning).
+    ``manifest-missing``, ``manifest-failed``, ``manifest-split-mismatch``,
+    ``manifest-excluded`` (warning), ``not-in-manifest`` (warning).
 
 Errors make :attr:`CheckReport.ok` false; warnings are reported but do not fail the gate.
 
@@ -79,6 +79,7 @@ def check_cache(
     near_duplicate_method: str = "auto",
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    exclusions: Iterable[str] = (),
 ) -> CheckReport:
     """Check a cache for everything that would make training fail or mislead.
 
@@ -100,6 +101,9 @@ def check_cache(
         Threads reading tensors (default: up to 4, at most the CPU count).
     progress : callable, optional
         Called as ``progress(done, total)`` after each entry's tensors are read.
+    exclusions : iterable of str
+        Manifest rows known not to be cached (``sub-01``, or ``sub-01/ses-2``): reported
+        as a warning; every other failed or missing row is an error.
 
     Returns
     -------
@@ -160,7 +164,7 @@ def check_cache(
     report.pipeline_hashes = dict(Counter(s["pipeline_hash"] for s in index.values()))
     if rows is not None:
         report.findings += check_against_manifest(
-            index, rows, read_run_report(root), manifest_name(manifest)
+            index, rows, read_run_report(root), manifest_name(manifest), tuple(exclusions)
         )
     report.seconds = time.perf_counter() - started
     return report

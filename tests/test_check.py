@@ -456,7 +456,7 @@ def _rows(entries):
     return [SimpleNamespace(subject_id=s, session_id=ses, split=split) for s, ses, split in entries]
 
 
-def test_manifest_rows_are_cached_or_failed_with_reason(cache_copy):
+def test_manifest_rows_that_failed_or_are_missing_fail_the_gate(cache_copy):
     cache, keys = cache_copy
     rows = _rows(COHORT + [("sub-10", "", "train"), ("sub-11", "", "test")])
     report_path = cache.root / "reports" / "latest.json"
@@ -477,10 +477,44 @@ def test_manifest_rows_are_cached_or_failed_with_reason(cache_copy):
     )
     report = chk.check_cache(cache.root, manifest=SimpleNamespace(rows=rows))
     [failed] = findings_of(report, "manifest-failed")
-    assert failed.severity == "warning" and "31% of voxels are NaN" in failed.message
+    assert failed.severity == "error" and "31% of voxels are NaN" in failed.message
+    assert "--exclude FILE" in failed.message
     [missing] = findings_of(report, "manifest-missing")
     assert missing.subjects == ("sub-11",) and "does not list them as failed" in missing.message
-    assert {f.code for f in report.errors} == {"manifest-missing"}
+    assert {f.code for f in report.errors} == {"manifest-missing", "manifest-failed"}
+    assert not report.ok
+    # Known exclusions are accepted, with a warning that names them.
+    accepted = chk.check_cache(cache.root, manifest=SimpleNamespace(rows=rows),
+                               exclusions=["sub-10", "sub-11"])
+    assert accepted.ok, [f.message for f in accepted.errors]
+    [excluded] = findings_of(accepted, "manifest-excluded")
+    assert excluded.severity == "warning" and excluded.subjects == ("sub-10", "sub-11")
+    # An exclusion of one session does not excuse the subject's other rows.
+    partly = chk.check_cache(cache.root, manifest=SimpleNamespace(rows=rows),
+                             exclusions=["sub-10/ses-9"])
+    assert {f.code for f in partly.errors} == {"manifest-missing", "manifest-failed"}
+
+
+def test_check_exits_1_on_failed_rows_and_0_with_them_excluded(cache_copy, tmp_path, capsys):
+    cache, _ = cache_copy
+    manifest = tmp_path / "cohort.csv"
+    lines = ["subject_id,session_id,image,split"]
+    lines += [f"{s},{ses},images/{s}{ses}.nii.gz,{split}" for s, ses, split in COHORT]
+    lines.append("sub-10,,images/sub-10.nii.gz,train")
+    manifest.write_text("\n".join(lines) + "\n")
+    (cache.root / "reports").mkdir(exist_ok=True)
+    (cache.root / "reports" / "latest.json").write_text(json.dumps({"subjects": [
+        {"subject_id": "sub-10", "session_id": "", "status": "failed", "stage": "register",
+         "reason": "the head is 84 mm long"}]}))
+    capsys.readouterr()
+    assert cli_main(["check", str(cache.root), "--manifest", str(manifest)]) == 1
+    out = capsys.readouterr().out
+    assert "sub-10 failed preprocessing at stage 'register'" in out and "84 mm" in out
+    exclusions = tmp_path / "excluded.txt"
+    exclusions.write_text("# refused by registration: not a human head\nsub-10\n")
+    assert cli_main(["check", str(cache.root), "--manifest", str(manifest),
+                     "--exclude", str(exclusions)]) == 0
+    assert "manifest-excluded" in capsys.readouterr().out
 
 
 def test_manifest_split_mismatch_and_extra_entries(cache_copy):
@@ -707,7 +741,9 @@ def test_demo_planted_leak_same_image_under_two_ids(demo_cache, demo_cohort, dem
     keys = subject_keys(demo_cache.path)
     status, doc = cli_check(demo_cache.path, capsys, "--manifest", str(demo_cohort.manifest))
     assert status == 1
-    [finding] = errors_of(doc)  # the identical tensors are the same group: reported once
+    # The failed rows fail the gate too; besides them, one error: the identical tensors
+    # are the same group, reported once.
+    [finding] = [f for f in errors_of(doc) if f["code"] != "manifest-failed"]
     assert finding["code"] == "duplicate-input"
     assert set(finding["subjects"]) == {copy, original}
     assert set(finding["keys"]) == {keys[copy], keys[original]}

@@ -13,6 +13,7 @@ import sys
 from collections import defaultdict
 
 from mriprep.check import NEAR_DUPLICATE_THRESHOLD, CheckReport, check_cache
+from mriprep.integrity.manifest import read_exclusions
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 MAX_FINDINGS_PER_CODE = 20
@@ -66,7 +67,14 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--manifest",
         metavar="M",
-        help="also check that every row of this manifest is cached or failed with a reason",
+        help="also check that every row of this manifest is cached: a row that failed "
+        "or is missing is an error (exit 1), named with its stage and reason",
+    )
+    p.add_argument(
+        "--exclude",
+        metavar="FILE",
+        help="rows known not to be cached, accepted with a warning: a text file with one "
+        "subject (or subject/session) per line, # for comments",
     )
     p.add_argument(
         "--labels",
@@ -95,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         report = check_cache(
             args.cache,
             manifest=args.manifest,
+            exclusions=read_exclusions(args.exclude) if args.exclude else (),
             allowed_labels=args.labels,
             near_duplicate_threshold=args.near_threshold,
             workers=args.workers,

@@ -126,5 +126,6 @@ def _check(cohort, cache_dir: Path):
     print(f"\n== mriprep check {cache_dir} --manifest {cohort.manifest}", flush=True)
     report = check_cache(cache_dir, manifest=cohort.manifest)
     print(render_report(report))
-    print("(the check is expected to fail on this cohort: it holds a planted leak)")
+    print("(the check is expected to fail on this cohort: it holds a planted leak, and "
+          "rows that must fail preprocessing)")
     return report.findings

@@ -1,11 +1,13 @@
-"""The cache against its manifest: every row cached in the manifest's split, or listed as
-failed (with its reason) in the run report ``CACHE/reports/latest.json``."""
+"""The cache against its manifest: every row cached in the manifest's split. A row that
+failed (the run report ``CACHE/reports/latest.json`` says at which stage and why) or is
+missing is an error, unless it is listed as a known exclusion: a training job gated on
+the check must not start on part of its cohort by accident."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from mriprep.errors import CacheError
 from mriprep.integrity.report import entry_label, subjects_of
@@ -50,11 +52,17 @@ def check_against_manifest(
     rows: Iterable[Any],
     run_report: dict[tuple[str, str], dict[str, Any]] | None,
     manifest_name: str = "the manifest",
+    excluded: Collection[str] = (),
 ) -> list[Finding]:
-    """Every manifest row is cached (in the split the manifest gives) or failed with a reason.
+    """Every manifest row is cached, in the split the manifest gives.
 
     ``rows`` are manifest rows with ``subject_id``, ``session_id`` and ``split``.
+    ``excluded`` names rows known not to be cached (``sub-01`` for every session of a
+    subject, ``sub-01/ses-2`` for one): those are warnings (``manifest-excluded``), every
+    other failed or missing row an error.
     """
+    excluded = set(excluded)
+    excluded_rows: list[str] = []
     cached = {(s["subject_id"], s.get("session_id") or ""): k for k, s in index.items()}
     listed = set()
     findings = []
@@ -80,15 +88,20 @@ def check_against_manifest(
                     )
                 )
             continue
+        if name in excluded or ident[0] in excluded:
+            excluded_rows.append(name)
+            continue
         status = (run_report or {}).get(ident) or (run_report or {}).get((ident[0], ""))
         if status and status.get("status") == "failed":
             at = f" at stage {status['stage']!r}" if status.get("stage") else ""
             findings.append(
                 Finding(
-                    "warning",
+                    "error",
                     "manifest-failed",
                     f"{name} failed preprocessing{at} and is not cached: "
-                    f"{status.get('reason') or 'no reason recorded'}",
+                    f"{status.get('reason') or 'no reason recorded'}. Fix it and rerun, or, "
+                    "to train without it on purpose, list it in an exclusions file "
+                    "(`mriprep check --exclude FILE`)",
                     (),
                     (ident[0],),
                 )
@@ -110,6 +123,17 @@ def check_against_manifest(
                 f"{named(missing)}; run `mriprep run` on the manifest to complete the cache",
                 (),
                 tuple(sorted(set(missing_subjects))),
+            )
+        )
+    if excluded_rows:
+        findings.append(
+            Finding(
+                "warning",
+                "manifest-excluded",
+                f"{len(excluded_rows)} row(s) of {manifest_name} are not cached and listed "
+                f"as known exclusions: {named(excluded_rows)}",
+                (),
+                tuple(sorted({n.split('/')[0] for n in excluded_rows})),
             )
         )
     extra = sorted(k for ident, k in cached.items() if ident not in listed)
@@ -143,3 +167,16 @@ def manifest_name(manifest: Any) -> str:
     if getattr(manifest, "path", None):
         return str(manifest.path)
     return "the manifest" if hasattr(manifest, "rows") else str(manifest)
+
+
+def read_exclusions(path: str | Path) -> set[str]:
+    """Row names from an exclusions file: one ``subject`` or ``subject/session`` per line;
+    blank lines and text after ``#`` are ignored."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CacheError(f"cannot read the exclusions file {path}: {exc}; give a text file "
+                         "with one subject (or subject/session) per line") from exc
+    names = {line.split("#", 1)[0].strip() for line in text.splitlines()}
+    return {n for n in names if n}
