@@ -515,6 +515,8 @@ def test_check_exits_1_on_failed_rows_and_0_with_them_excluded(cache_copy, tmp_p
     assert cli_main(["check", str(cache.root), "--manifest", str(manifest),
                      "--exclude", str(exclusions)]) == 0
     assert "manifest-excluded" in capsys.readouterr().out
+    assert cli_main(["check", str(cache.root), "--exclude", str(exclusions)]) == 2
+    assert "give the manifest too" in capsys.readouterr().err
 
 
 def test_manifest_split_mismatch_and_extra_entries(cache_copy):

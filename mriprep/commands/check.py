@@ -96,6 +96,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.exclude and not args.manifest:
+        print("mriprep check: error: --exclude lists manifest rows; give the manifest too "
+              "(--manifest M)", file=sys.stderr)
+        return 2
     progress = None
     if not args.json and sys.stderr.isatty():
         progress = _progress_bar()
