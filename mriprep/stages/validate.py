@@ -29,9 +29,11 @@ class ValidateParams:
         The cache's dtype (inherited from the pipeline). With float16 every value must
         fit float16's range.
     expected_shape : (int, int, int) or None
-        The grid the pipeline promises (e.g. 256^3 for a conform pipeline); None: any.
+        The grid the pipeline promises (e.g. 256^3 for a conform pipeline). None: the
+        grid of the registration template when the volume was registered (so a pipeline
+        whose ``template`` changes needs no other change), else any.
     expected_spacing : (float, float, float) or None
-        Voxel size in mm; None: any.
+        Voxel size in mm; None: the registration template's likewise, else any.
     spacing_tolerance : float
         Largest accepted difference from ``expected_spacing``, in mm.
     allowed_labels : tuple of int or None
@@ -67,6 +69,22 @@ class ValidateParams:
                 "min_valid_fraction must lie in [0, 1], got "
                 f"{self.min_valid_fraction}"
             )
+
+
+def _expected_grid(volume: Volume, params: ValidateParams):
+    """(shape, spacing, who promised them): the configured grid, else the registration
+    template's grid when the volume was registered (the grid resample must have put it
+    on), else nothing to check."""
+    if params.expected_shape is not None or params.expected_spacing is not None:
+        return params.expected_shape, params.expected_spacing, ""
+    registered = volume.record_of("register")
+    template = registered.params.get("template") if registered is not None else None
+    if not template:
+        return None, None, ""
+    from mriprep.templates import load_template
+
+    grid = load_template(str(template))
+    return grid.shape, grid.spacing, f" (the grid of registration template {template!r})"
 
 
 def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
@@ -108,20 +126,22 @@ def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
                 f"valid fraction: {valid_fraction:.3%} of voxels are valid, below "
                 f"min_valid_fraction={params.min_valid_fraction:g}"
             )
-    if params.expected_shape is not None and volume.shape != tuple(params.expected_shape):
+    expected_shape, expected_spacing, promised_by = _expected_grid(volume, params)
+    if expected_shape is not None and volume.shape != tuple(expected_shape):
         problems.append(
-            f"shape: {volume.shape}, expected {tuple(params.expected_shape)}"
+            f"shape: {volume.shape}, expected {tuple(expected_shape)}{promised_by}"
         )
     affine = volume.affine
     if not np.all(np.isfinite(affine)) or np.linalg.matrix_rank(affine[:3, :3]) < 3:
         problems.append(f"affine: not finite or singular: {affine.tolist()}")
-    elif params.expected_spacing is not None:
+    elif expected_spacing is not None:
         spacing = np.asarray(volume.spacing)
-        expected = np.asarray(params.expected_spacing, dtype=np.float64)
+        expected = np.asarray(expected_spacing, dtype=np.float64)
         if np.any(np.abs(spacing - expected) > params.spacing_tolerance):
             problems.append(
                 f"spacing: {tuple(round(float(s), 6) for s in spacing)} mm, expected "
-                f"{tuple(params.expected_spacing)} within {params.spacing_tolerance} mm"
+                f"{tuple(round(float(s), 6) for s in expected)} within "
+                f"{params.spacing_tolerance} mm{promised_by}"
             )
     if volume.pending is not None:
         problems.append(
