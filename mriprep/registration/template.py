@@ -123,8 +123,8 @@ def mask_centroid(mask: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=4)
 def template_search_level(template: str, spacing_mm: float):
-    """The template at the search spacing, not bias-flattened like the subject's search
-    level: (level, brain mask on its grid, brain centre in RAS mm)."""
+    """The template at the search spacing, not bias-flattened (neither is the subject's
+    search level): (level, brain mask on its grid, brain centre in RAS mm)."""
     vol = load_template(template)
     brain = template_brain_mask(template)
     (level,) = build_levels(vol, (spacing_mm,))

@@ -377,8 +377,7 @@ def _missing_tissue(x: np.ndarray, ok: np.ndarray, head: np.ndarray, empty: set[
     for s in range(n):
         if s in empty:
             continue
-        below = next((i for i in range(s - 1, max(s - 3, -1), -1) if i not in empty), None)
-        above = next((i for i in range(s + 1, min(s + 3, n)) if i not in empty), None)
+        below, above = _neighbours(s, n, empty)
         if below is None or above is None:
             continue
         common = head[below] & head[above] & ok[s]
@@ -485,7 +484,7 @@ def _stack(prepared: _Prepared, axis: int, lattice: _Lattice = _Lattice()) -> _S
     plane = [a for a in range(3) if a != axis]
     foreground = cut(prepared.foreground)
     sample_mm = [lattice.sample_mm[a] for a in plane]
-    filled, interior = _head_inside(foreground, sample_mm)
+    interior = _head_inside(foreground, sample_mm)
     return _SliceStack(
         x=x,
         usable=np.broadcast_to(True, x.shape) if prepared.all_usable else cut(prepared.usable),
@@ -508,18 +507,18 @@ def _blocks_along(cut: slice, n: int, lattice: _Lattice, axis: int) -> np.ndarra
     return index // size
 
 
-def _head_inside(foreground: np.ndarray, sample_mm) -> tuple[np.ndarray, np.ndarray]:
-    """Per slice, the filled head, and its inside: the foreground within the filled
-    head eroded by :data:`_EDGE_MM` in the slice's plane (away from scalp and skull).
-    Holes are filled before eroding so that dark ventricles or sinuses do not eat into
-    the inside; their own voxels stay out (a skull-stripped image holds zeros there)."""
+def _head_inside(foreground: np.ndarray, sample_mm) -> np.ndarray:
+    """Per slice, the head's inside: the foreground within the filled head eroded by
+    :data:`_EDGE_MM` in the slice's plane (away from scalp and skull). Holes are filled
+    before eroding so that dark ventricles or sinuses do not eat into the inside; their
+    own voxels stay out (a skull-stripped image holds zeros there)."""
     flat = np.zeros((1, 3, 3), dtype=bool)
     flat[0, 1, :] = flat[0, :, 1] = True
     filled = ndimage.binary_fill_holes(foreground, structure=flat)
     steps = max(1, int(round(_EDGE_MM / max(min(sample_mm), 1e-6))))
     inside = ndimage.binary_erosion(filled, structure=flat, iterations=steps)
     inside &= foreground
-    return filled, inside
+    return inside
 
 
 def _neighbours(s: int, n: int, excluded: set[int]) -> tuple[int | None, int | None]:
