@@ -32,7 +32,8 @@ def _bench(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-SECTIONS = ("registration", "slices", "runner", "loader", "check")
+SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "loader",
+            "check")
 
 
 def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
@@ -41,7 +42,9 @@ def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
         "registration": lambda: _bench("bench_registration").main(
             ["--anchor-anatomies", str(anchor_anatomies)]
         ),
+        "plausibility": lambda: _bench("bench_plausibility").main([]),
         "slices": lambda: _bench("bench_slices").main([str(cohort)]),
+        "conform": lambda: _bench("bench_conform").main([str(cohort)]),
         "runner": lambda: _bench("bench_runner").main(["--work-dir", str(work / "runner")]),
         "loader": lambda: _bench("bench_loader").main([]),
         "check": lambda: _check_section(work),

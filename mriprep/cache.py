@@ -5,7 +5,7 @@ Layout of a cache folder::
     CACHE/
       mriprep-cache.json          marker: format name and version
       index.json                  the live entries (one per subject/session) and their split
-      entries/<key>/image.npy     float32 or float16 [X, Y, Z], C order
+      entries/<key>/image.npy     float32, float16 or uint8 [X, Y, Z], C order
       entries/<key>/valid.npy     bool [X, Y, Z]: False where a voxel was filled or masked
       entries/<key>/label.npy     int16 [X, Y, Z] (only when the subject has a label map)
       entries/<key>/meta.json     sidecar: geometry, inputs, checksums, provenance

@@ -4,7 +4,7 @@ A pipeline file names the ordered stages and their parameters::
 
     name: t1w_mni_rigid
     description: Rigid registration to MNI152 1 mm, z-scored, float32.
-    output_dtype: float32          # float32 | float16: dtype of the cached image
+    output_dtype: float32          # float32 | float16 | uint8: dtype of the cached image
     stages:
       - reorient                   # a bare name runs the stage with its defaults
       - sanitize:                  # a one-key mapping gives parameters
@@ -40,7 +40,7 @@ import mriprep
 from mriprep.errors import PipelineConfigError
 from mriprep.stages import STAGE_MODULES, get_stage
 
-OUTPUT_DTYPES = ("float32", "float16")
+OUTPUT_DTYPES = ("float32", "float16", "uint8")
 TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "stages")
 DEFAULT_PIPELINE = "t1w_mni_rigid"
 # YAML 1.1 (PyYAML) reads `1e30` as a string because it lacks a dot; a float field
@@ -111,8 +111,10 @@ class Pipeline:
 
 
 def is_template_field(name: str) -> bool:
-    """Parameter fields named ``template`` or ``*_template`` hold a template reference."""
-    return name == "template" or name.endswith("_template")
+    """Parameter fields named ``template``, ``*_template`` or ``template_*`` (its brain
+    mask) hold a template reference: resolved against the pipeline file, hashed by
+    content."""
+    return name == "template" or name.endswith("_template") or name.startswith("template_")
 
 
 def resolve_pipeline_path(name_or_path: str | Path) -> Path:
@@ -139,7 +141,8 @@ def resolve_pipeline_path(name_or_path: str | Path) -> Path:
     )
 
 
-def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE) -> Pipeline:
+def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE,
+                  output_dtype: str | None = None) -> Pipeline:
     """Load, validate and hash a pipeline given by name or YAML path.
 
     Parameters
@@ -147,6 +150,10 @@ def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE) -> Pipeline:
     name_or_path
         A shipped pipeline name (``t1w_mni_rigid``, ``conform_1mm``) or a YAML file path.
         Relative template paths inside the file are resolved against the file's folder.
+    output_dtype
+        Replaces the file's ``output_dtype`` (e.g. ``"uint8"`` for FastSurfer's conformed
+        images), as a copy of the file with that one line changed would: the stages that
+        inherit it and the hash follow.
 
     Returns
     -------
@@ -172,6 +179,8 @@ def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE) -> Pipeline:
         ) from exc
     except OSError as exc:
         raise PipelineConfigError(f"cannot read pipeline file {path}: {exc}") from exc
+    if output_dtype is not None and isinstance(doc, dict):
+        doc = {**doc, "output_dtype": output_dtype}
     return pipeline_from_dict(doc, source=str(path), base_dir=path.parent)
 
 

@@ -263,7 +263,11 @@ def run_stages(
 def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
     """The arrays to cache: image in ``output_dtype``, ``valid`` as bool, label int16."""
     with np.errstate(over="ignore", invalid="ignore"):
-        image = volume.data.astype(output_dtype, copy=False)
+        if output_dtype == "uint8":
+            # Rounded, as FastSurfer rounds its conformed images (validate checked 0-255).
+            image = np.clip(np.rint(volume.data), 0, 255).astype(np.uint8)
+        else:
+            image = volume.data.astype(output_dtype, copy=False)
     # NaN and +/-Inf reach the extremes: two reductions, no temporary of the grid's size.
     with np.errstate(invalid="ignore"):  # some builds flag a NaN met by min/max
         finite = image.size == 0 or bool(np.isfinite(image.min()) and np.isfinite(image.max()))

@@ -4,7 +4,9 @@ A 1 mm scan reaches the 256^3 LIA grid by an exact copy (no interpolation), so e
 cached voxel can be traced back to the input voxel at the same world position: its value
 must be that voxel's, scaled by the normalize stage's recorded clipping range, and its
 label the input's label. This holds whatever order the stages run in, and whether the
-file stores its axes as RAS or flipped (LAS).
+file stores its axes as RAS or flipped (LAS); the flip moves FreeSurfer's grid centre
+by one voxel, as it moves FastSurfer's. Fidelity to FastSurfer itself, on real and
+oblique scans, is tested in tests/test_conform_fidelity.py.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def test_conform_entries_are_lia_256_cubed_and_0_255(scans, subject_id):
     # Invalid voxels (outside the scan, or touched by a filled one): all at 0.
     assert not valid.all() and (image[~valid] == 0).all()
     stages = [p["stage"] for p in meta["provenance"]]
-    assert stages == ["load", "sanitize", "mask_slices", "resample", "normalize", "validate"]
+    assert stages == ["load", "sanitize", "plausibility", "mask_slices", "normalize", "resample",
+                      "validate"]
 
 
 @pytest.mark.parametrize("subject_id", ["sub-ras", "sub-las"])
@@ -103,12 +106,23 @@ def test_1mm_scans_are_copied_exactly_onto_the_conform_grid(scans, subject_id):
     assert (label[~valid] == 0).all()
 
 
-def test_stored_axis_order_does_not_change_the_cached_tensors(scans):
+def test_stored_axis_order_moves_the_grid_by_a_voxel_and_changes_nothing_else(scans):
+    """FreeSurfer's c_ras is the stored voxel n/2, which a flipped axis puts one voxel
+    further along: the grid moves by that voxel (as FastSurfer's does), and at equal
+    world positions the tensors are equal."""
     _, cache, _ = scans
     (ras, ras_meta), (las, las_meta) = _entry(cache, "sub-ras"), _entry(cache, "sub-las")
+    ras_affine, las_affine = np.asarray(ras_meta["affine"]), np.asarray(las_meta["affine"])
+    np.testing.assert_array_equal(ras_affine[:3, :3], las_affine[:3, :3])
+    shift = np.linalg.solve(ras_affine[:3, :3], las_affine[:3, 3] - ras_affine[:3, 3])
+    np.testing.assert_allclose(np.abs(shift), [1, 0, 0], atol=1e-6)  # along L-R only
+    along = int(np.rint(shift[0]))  # LAS voxel v lies at RAS voxel v + along
     for name in ("image", "valid", "label"):
-        np.testing.assert_array_equal(cache.load_tensor(ras.key, name),
-                                      cache.load_tensor(las.key, name))
+        a, b = cache.load_tensor(ras.key, name), cache.load_tensor(las.key, name)
+        if along > 0:
+            np.testing.assert_array_equal(a[along:], b[:-along])
+        else:
+            np.testing.assert_array_equal(a[:along], b[-along:])
     # The quality stages ran on the stored axes (LAS flips axis 0), and still scored the
     # same voxels: their scoring lattice is anchored to the anatomy.
     scores = []
@@ -117,3 +131,31 @@ def test_stored_axis_order_does_not_change_the_cached_tensors(scans):
         scores.append([masked["metrics"][f"axis_{axis}"]["max_unflagged_abs_log_ratio"]
                        for axis in range(3)])
     np.testing.assert_allclose(scores[0], scores[1], rtol=1e-6)
+
+
+def test_a_uint8_conform_cache_holds_fastsurfers_rounded_values_and_is_served(
+        scans, tmp_path):
+    """``output_dtype: uint8`` in a copy of the pipeline: the cache stores what the
+    float32 run stores, rounded, the check passes it and the Dataset serves float32."""
+    import torch
+
+    from mriprep.check import check_cache
+    from mriprep.data import MRIDataset
+
+    root, float_cache, _ = scans
+    pipeline = load_pipeline("conform_1mm", output_dtype="uint8")
+    assert pipeline.params_of("validate").output_dtype == "uint8"
+    assert pipeline.hash != load_pipeline("conform_1mm").hash
+    result = run_cohort(tasks_from_manifest(root / "cohort.csv"), tmp_path / "cache",
+                        pipeline, scheduler="sync")
+    assert result.count("cached") == 3, result.failed
+    cache = Cache(tmp_path / "cache")
+    ref, _ = _entry(cache, "sub-thick")
+    image = cache.load_tensor(ref.key, "image")
+    assert image.dtype == np.uint8
+    float_ref, _ = _entry(float_cache, "sub-thick")
+    exact = float_cache.load_tensor(float_ref.key, "image")
+    np.testing.assert_array_equal(image, np.clip(np.rint(exact), 0, 255).astype(np.uint8))
+    assert check_cache(tmp_path / "cache").ok
+    item = MRIDataset(tmp_path / "cache", split="train")[0]["image"]
+    assert item.dtype == torch.float32 and float(item.max()) == 255.0

@@ -25,9 +25,11 @@ def _perfect_results(truth):
         ids = {"subject_id": subject["subject_id"], "session_id": subject["session_id"]}
         if subject["expected"] == "fail":
             causes = subject["expected_causes"]
+            stage, cause = causes[0].split(".") if causes else ("load", "")
+            metrics = {"register": {"failure": cause}} if stage == "register" else (
+                {"plausibility": {"failed_checks": [cause]}} if causes else {})
             results.append({**ids, "status": "failed", "reason": "planted",
-                            "stage": "register" if causes else "load",
-                            "metrics": {"register": {"failure": causes[0]}} if causes else {}})
+                            "stage": stage, "metrics": metrics})
             continue
         metrics = {"sanitize": {"nan": 0, "posinf": 0, "neginf": 0, "extreme": 0},
                    "mask_slices": {},
@@ -67,7 +69,7 @@ def test_a_run_that_handled_every_defect_passes(demo_cohort, points):
     expectations = " ".join(v.expectation for v in verdicts)
     for word in ("NaN blob", "extreme values", "zero-filled slab", "spike slice",
                  "dropout slice", "leak", "reported as failed", "registration within",
-                 "refused at register as orientation", "consistent with"):
+                 "refused as register.orientation", "consistent with"):
         assert word in expectations
 
 
@@ -137,6 +139,6 @@ def test_the_demo_run_meets_every_expectation_of_the_ground_truth(demo_cohort, d
     assert len(registered) == sum(s["expected"] != "fail" for s in demo_cohort.subjects.values())
     assert any(v.expectation.startswith("leak of") for v in verdicts)
     assert any(v.expectation.startswith("registration consistent") for v in verdicts)
-    refused = [v for v in verdicts if v.expectation.startswith("refused at register")]
+    refused = [v for v in verdicts if v.expectation.startswith("refused as")]
     assert len(refused) == sum(bool(s["expected_causes"])
                                for s in demo_cohort.subjects.values()) >= 3

@@ -239,13 +239,20 @@ def test_coerce_value_reads_yaml_lists_as_tuples():
 def test_shipped_pipelines_validate_and_say_what_they_do():
     default = load_pipeline("t1w_mni_rigid")
     assert [s.name for s in default.steps] == [
-        "reorient", "sanitize", "mask_slices", "register", "resample", "normalize", "validate"]
+        "reorient", "sanitize", "plausibility", "mask_slices", "register", "resample",
+        "normalize", "validate"]
     assert default.params_of("register").template == "mni152"
     # The output grid is the template's, not written in the YAML (see the swap test).
     assert default.params_of("validate").expected_shape is None
     assert default.templates() == ["mni152"]
     conform = load_pipeline(pipelines_dir() / "conform_1mm.yaml")
-    assert "register" not in [s.name for s in conform.steps]
+    assert [s.name for s in conform.steps] == [
+        "sanitize", "plausibility", "mask_slices", "normalize", "resample", "validate"]
+    # FastSurfer's grid: LIA along the world axes, centred at c_ras.
+    resample = conform.params_of("resample")
+    assert resample.orientation == "LIA" and resample.axis_aligned
+    assert resample.centre == "freesurfer"
+    assert conform.params_of("normalize").mode == "conform"
     assert conform.params_of("resample").shape == (256, 256, 256)
     assert conform.params_of("resample").spacing == (1.0, 1.0, 1.0)
     assert conform.params_of("validate").expected_shape == (256, 256, 256)

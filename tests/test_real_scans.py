@@ -73,10 +73,11 @@ def test_a_macaque_brain_is_refused_as_not_a_human_head():
 
 
 @pytest.mark.slow
-def test_the_default_pipeline_caches_the_real_scans_as_they_are(tmp_path):
-    """The files as Debian ships them, through `mriprep run`'s runner and the default
-    pipeline: every human T1 cached (the first build cached none), the macaque refused
-    with its register metrics kept in the report."""
+@pytest.mark.parametrize("pipeline", ["t1w_mni_rigid", "conform_1mm"])
+def test_shipped_pipelines_cache_the_real_scans_and_refuse_the_macaque(tmp_path, pipeline):
+    """The files as Debian ships them, through `mriprep run`'s runner: every human T1
+    cached (the first build cached none), the macaque refused by the plausibility check
+    before any work, with its measures kept in the report."""
     from mriprep.demo.real_scans import real_scan
     from mriprep.pipeline import load_pipeline
     from mriprep.runner import run_cohort, tasks_from_manifest
@@ -86,11 +87,12 @@ def test_the_default_pipeline_caches_the_real_scans_as_they_are(tmp_path):
     manifest.write_text("subject_id,image\n" + "".join(
         f"{name.replace('_', '-')},{real_scan(name)}\n" for name in names))
     run = run_cohort(tasks_from_manifest(manifest), tmp_path / "cache",
-                     load_pipeline("t1w_mni_rigid"), scheduler="sync", manifest=manifest)
+                     load_pipeline(pipeline), scheduler="sync", manifest=manifest)
     status = {r["subject_id"]: r for r in run.results}
     for name in ("colin27", "colin27-brain", "colin27-05mm"):
         assert status[name]["status"] == "cached", status[name].get("reason")
     macaque = status["macaque"]
-    assert macaque["status"] == "failed" and macaque["stage"] == "register"
-    assert macaque["metrics"]["register"]["failure"] == "head_size"
-    assert macaque["metrics"]["register"]["head_length_mm"] < 150
+    assert macaque["status"] == "failed" and macaque["stage"] == "plausibility"
+    measured = macaque["metrics"]["plausibility"]
+    assert measured["failed_checks"] == ["head_size"] and measured["head_length_mm"] < 100
+    assert "mm long" in macaque["reason"] and "human range" in macaque["reason"]

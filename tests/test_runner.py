@@ -495,7 +495,7 @@ def test_default_pipeline_over_the_demo_cohort(demo_cohort, demo_cache, tmp_path
     assert demo_cache.run.exit_code == 1
     assert demo_cache.run.pipeline.name == "t1w_mni_rigid"
     assert (demo_cache.run.scheduler, demo_cache.run.workers) == ("processes", 2)
-    from mriprep.demo.verify import TRUTH_MEAN_LIMIT_MM
+    from mriprep.demo.verify import TRUTH_MEAN_LIMIT_MM, refusal_causes
 
     truth = demo_cohort.subjects
     doc = json.loads((cache_root / "reports" / "latest.json").read_text())
@@ -511,10 +511,11 @@ def test_default_pipeline_over_the_demo_cohort(demo_cohort, demo_cache, tmp_path
         kinds = {d["kind"] for d in truth[sid]["defects"]}
         if "truncated_file" in kinds:
             assert rows[sid]["stage"] == "load" and "voxel data is not" in rows[sid]["reason"]
-        elif truth[sid]["expected_causes"]:  # refused by registration, metrics kept
-            assert rows[sid]["stage"] == "register"
-            assert rows[sid]["metrics"]["register"]["failure"] in truth[sid]["expected_causes"]
-            assert "search_best_ncc" in rows[sid]["metrics"]["register"]
+        elif truth[sid]["expected_causes"]:  # refused by a check, its metrics kept
+            assert set(refusal_causes(rows[sid])) & set(truth[sid]["expected_causes"])
+            stage = rows[sid]["stage"]
+            measured = {"register": "search_best_ncc", "plausibility": "head_extents_mm"}
+            assert measured[stage] in rows[sid]["metrics"][stage]
         else:  # a dead (constant) volume: no stage after the quality stages may cache it
             assert rows[sid]["stage"] in ("sanitize", "mask_slices", "register", "normalize")
             assert rows[sid]["reason"]

@@ -70,3 +70,48 @@ def test_validate_names_the_template_whose_grid_it_expected(coarse_template):
     moved = resampled.replace(data=resampled.data[:-1].copy(), valid=resampled.valid[:-1].copy())
     with pytest.raises(StageError, match=r"the grid of registration template 'mni152'"):
         get_stage("validate")(moved)
+
+
+@pytest.fixture(scope="module")
+def coarse_brain_mask(coarse_template) -> Path:
+    """MNI152's brain mask on the 2 mm template's grid, as a template's mask ships."""
+    from mriprep.registration.template import template_brain_mask
+
+    brain = ndimage.zoom(template_brain_mask("mni152").astype(np.float32), 0.5, order=1)
+    path = coarse_template.parent / "mni152_2mm_brain_mask.nii.gz"
+    nib.save(nib.Nifti1Image((brain > 0.5).astype(np.uint8),
+                             nib.load(coarse_template).affine), path)
+    return path
+
+
+def test_a_template_is_given_with_its_brain_mask_in_one_more_line(
+        tmp_path, coarse_template, coarse_brain_mask):
+    from mriprep.registration.template import template_brain_mask
+
+    text = _swapped(tmp_path, coarse_template).read_text()
+    with_mask = coarse_brain_mask.parent / "with_mask.yaml"  # beside the mask
+    with_mask.write_text(text.replace(
+        f"template: {coarse_template}",
+        f"template: {coarse_template}\n      template_brain_mask: {coarse_brain_mask.name}"))
+    pipeline = load_pipeline(with_mask)
+    params = pipeline.params_of("register")
+    # Relative to the pipeline file's folder, like the template; hashed by content.
+    assert params.template_brain_mask == str(coarse_brain_mask)
+    assert pipeline.hash != load_pipeline(_swapped(tmp_path, coarse_template)).hash
+    given = template_brain_mask(str(coarse_template), str(coarse_brain_mask))
+    derived = template_brain_mask(str(coarse_template))
+    np.testing.assert_array_equal(given, nib.load(coarse_brain_mask).get_fdata() > 0.5)
+    assert np.count_nonzero(given != derived) > 1000  # the stand-in is not the mask
+    volume = _subject()
+    for step in pipeline.steps:
+        volume = get_stage(step.name)(volume, step.params)
+    assert volume.shape == load_template(str(coarse_template)).shape
+    assert volume.record_of("register").metrics["similarity"] >= 0.4
+
+
+def test_a_brain_mask_on_another_grid_is_refused_naming_both_grids(coarse_template):
+    from mriprep.errors import PipelineConfigError
+    from mriprep.registration.template import template_brain_mask
+
+    with pytest.raises(PipelineConfigError, match=r"not on the grid of template .*shape"):
+        template_brain_mask(str(coarse_template), "mni152")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from nibabel.affines import voxel_sizes
 
 from mriprep.demo.anatomy import Anatomy, real_anatomy, synthetic_person
 from mriprep.demo.real_scans import real_scan
@@ -168,7 +169,7 @@ def _failure_cases(anatomies, seed: int, real: bool) -> list[Case]:
         cases.append(Case(f"{name}/top_third", "field_of_view", name, "1mm",
                           functools.partial(slab_of, base, 0.83, 70.0)))
     cases.append(Case("noise", "no_brain", "", "noise",
-                      functools.partial(_noise, [seed, 70])))
+                      functools.partial(noise_scan, [seed, 70])))
     cases.append(Case("phantom", "no_brain", "", "phantom",
                       functools.partial(_phantom, [seed, 71])))
     small = functools.partial(person, seed * 100 + 90, "t1", 0.45)
@@ -188,8 +189,73 @@ def _failure_cases(anatomies, seed: int, real: bool) -> list[Case]:
     return cases
 
 
+# What the plausibility stage must say of a case: the checks it may name (any one of
+# them is a correct refusal); good scans, wrong headers, phantoms and T2 scans are
+# plausible inputs, refused later (by register) if at all.
+PLAUSIBILITY_EXPECTED: dict[str, frozenset[str]] = {
+    "shear": frozenset({"shear"}),
+    "voxel_size": frozenset({"voxel_size", "head_size"}),
+    "no_head": frozenset({"no_head"}),
+    "head_size": frozenset({"head_size"}),
+    "field_of_view": frozenset({"head_size", "no_head"}),
+}
+
+
+def expected_checks(case: Case) -> frozenset[str]:
+    """The plausibility checks that may refuse ``case``; empty: it must pass."""
+    if case.kind in PLAUSIBILITY_EXPECTED:
+        return PLAUSIBILITY_EXPECTED[case.kind]
+    if case.name == "noise":
+        return PLAUSIBILITY_EXPECTED["no_head"]
+    return frozenset()
+
+
+def plausibility_cases(seed: int = 0) -> list[Case]:
+    """Inputs that only the plausibility checks can refuse in a conform pipeline, built
+    from synthetic person 0's 1 mm scan: sheared sforms, voxel sizes in the wrong unit,
+    a blank volume, and a 2 mm crop from inside the head (64 mm a side)."""
+    anatomy = functools.partial(person, seed * 100)
+    # One acquisition shared by the header errors (they only change the affine).
+    base = functools.lru_cache(maxsize=1)(
+        functools.partial(_scan, anatomy, ACQUISITIONS["1mm"], [seed, 80]))
+    cases = []
+    for degrees in (3.0, 10.0):
+        shear = np.eye(4)
+        shear[0, 1] = np.tan(np.radians(degrees))
+        cases.append(Case(f"person-0/sheared_{degrees:g}deg", "shear", "person-0", "1mm",
+                          functools.partial(wrong_header, base, shear)))
+    for factor, unit in ((10.0, "cm"), (0.1, "0.1mm")):
+        cases.append(Case(f"person-0/voxels_in_{unit}", "voxel_size", "person-0", "1mm",
+                          functools.partial(wrong_header, base, np.diag([factor] * 3 + [1]))))
+    cases.append(Case("blank", "no_head", "", "blank", _blank))
+    two_mm = functools.partial(_scan, anatomy, Acquisition((2.0, 2.0, 2.0)), [seed, 81])
+    cases.append(Case("person-0/crop64_2mm", "field_of_view", "person-0", "2mm",
+                      functools.partial(crop_of, two_mm, 64.0)))
+    return cases
+
+
+def crop_of(base: Callable[[], Scan], side_mm: float) -> Scan:
+    """A cube of ``side_mm`` from the centre of a scan's field of view."""
+    scan = base()
+    spacing = voxel_sizes(scan.affine)
+    shape = np.asarray(scan.data.shape)
+    half = np.round(side_mm / spacing / 2).astype(int)
+    lo = np.maximum(shape // 2 - half, 0)
+    box = tuple(slice(a, a + 2 * h) for a, h in zip(lo, half))
+    affine = scan.affine.copy()
+    affine[:3, 3] += affine[:3, :3] @ lo
+    labels = None if scan.labels is None else scan.labels[box].copy()
+    return Scan(scan.data[box].copy(), labels, affine, scan.pose, None)
+
+
+def _blank() -> Scan:
+    """A volume of zeros: a series that recorded nothing."""
+    shape = (176, 208, 176)
+    return Scan(np.zeros(shape, np.float32), None, _centred_affine(shape), np.eye(4), None)
+
+
 def wrong_header(base: Callable[[], Scan], error: np.ndarray) -> Scan:
-    """A scan whose affine is turned (or flipped) about the image centre."""
+    """A scan whose affine is turned, flipped, sheared or scaled about the image centre."""
     scan = base()
     centre = scan.affine[:3, :3] @ ((np.asarray(scan.data.shape) - 1) / 2) + scan.affine[:3, 3]
     about = np.eye(4)
@@ -211,7 +277,7 @@ def slab_of(base: Callable[[], Scan], centre_fraction: float, thickness_mm: floa
     return Scan(scan.data[:, :, lo:lo + 2 * half].copy(), labels, affine, scan.pose, None)
 
 
-def _noise(rng_seed) -> Scan:
+def noise_scan(rng_seed) -> Scan:
     """Rician noise only, in a head-sized field of view."""
     rng = np.random.default_rng(rng_seed)
     shape = (180, 216, 180)

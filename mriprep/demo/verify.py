@@ -13,7 +13,7 @@ What "as designed" means:
   counted by sanitize and the planted slices flagged by mask_slices;
 * unrecoverable ones (truncated file, dead volume) are reported as failed, with a reason;
 * scans registration must refuse (a header turned by 90 degrees, a T2 contrast, a 40 mm
-  slab of the head) fail at register, naming one of the expected causes;
+  slab of the head) are refused by register or plausibility, naming an expected cause;
 * the leak (one scan under two ids in two splits) is flagged by ``mriprep check``;
 * every registered scan lands within the bounds against its known rigid truth, and the
   two sessions of the rescanned person agree with the known motion between them (see
@@ -130,10 +130,22 @@ def _outcome(name: str, scan: dict[str, Any], result: dict[str, Any]) -> Verdict
     detail = f"failed at {result.get('stage')}: {result.get('reason')}"
     if not causes:
         return Verdict(name, f"reported as failed ({planted})", True, detail)
-    named = (result.get("metrics") or {}).get("register", {}).get("failure")
-    ok = result.get("stage") == "register" and named in causes
-    return Verdict(name, f"refused at register as {' or '.join(causes)} ({planted})", ok,
-                   f"cause {named!r}; {detail}")
+    named = refusal_causes(result)
+    ok = bool(set(named) & set(causes))
+    return Verdict(name, f"refused as {' or '.join(causes)} ({planted})", ok,
+                   f"cause {', '.join(named) or None}; {detail}")
+
+
+def refusal_causes(result: dict[str, Any]) -> list[str]:
+    """What a failed subject's refusal names, as ``"stage.cause"``: the register stage's
+    ``failure`` or every failed check of the plausibility stage."""
+    stage = result.get("stage")
+    metrics = (result.get("metrics") or {}).get(stage) or {}
+    if stage == "register" and metrics.get("failure"):
+        return [f"register.{metrics['failure']}"]
+    if stage == "plausibility":
+        return [f"plausibility.{check}" for check in metrics.get("failed_checks", [])]
+    return []
 
 
 def _defect_verdict(name, scan, defect, metrics, findings, subjects) -> Verdict | None:

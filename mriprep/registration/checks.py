@@ -42,6 +42,12 @@ from scipy import ndimage
 from mriprep.registration.pyramid import HEAD_FRACTION, Level
 from mriprep.registration.search import nearest_orientation, rotation_angle_deg
 
+# The length of a human head or brain in an image (its largest principal extent, mm).
+# Measured on the calibration set: good scans 182-291 mm (a brain alone 182-187, heads
+# with neck up to 291); failures 82 (macaque) and 135 (a head shrunk to 0.45). Above 450
+# is no head of any species but a header whose voxel sizes are off by a factor.
+HUMAN_HEAD_LENGTH_MM = (150.0, 450.0)
+
 # Principal extent of a uniform solid along an axis of variance v: 2 * sqrt(5 v) for an
 # ellipsoid (its semi-axis a has variance a^2 / 5).
 _ELLIPSOID = 5.0

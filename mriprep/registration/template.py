@@ -31,17 +31,48 @@ MNI152_BRAIN_THRESHOLD = 0.2
 
 
 @functools.lru_cache(maxsize=8)
-def template_brain_mask(template: str) -> np.ndarray:
-    """The template's brain on its grid: nilearn's mask for MNI152, the head (bright,
-    holes filled) for a user template."""
+def template_brain_mask(template: str, brain_mask: str | None = None) -> np.ndarray:
+    """The template's brain on its grid.
+
+    Parameters
+    ----------
+    template : str
+        The built-in template name or a template image path.
+    brain_mask : str, optional
+        An image of the template's brain on the template's grid (non-zero inside), given
+        with a user template. Without one: nilearn's mask for MNI152, the head (bright,
+        holes filled) for a user template; the register stage's failure checks were
+        measured with MNI152's brain mask, and a head is a coarser stand-in.
+
+    Raises
+    ------
+    PipelineConfigError
+        The mask's grid is not the template's, or the mask is empty.
+    """
     data = load_template(template).data
+    if brain_mask:
+        mask_volume = load_template(brain_mask)
+        grid = load_template(template)
+        if mask_volume.shape != grid.shape or not np.allclose(
+                mask_volume.affine, grid.affine, atol=1e-3):
+            raise PipelineConfigError(
+                f"register: brain_mask {brain_mask!r} is not on the grid of template "
+                f"{template!r} (shape {mask_volume.shape} against {grid.shape}, or another "
+                "affine); give the mask that comes with the template, on its grid")
+        brain = mask_volume.data > 0.5 * float(mask_volume.data.max())
+        if not brain.any():
+            raise PipelineConfigError(
+                f"register: brain_mask {brain_mask!r} is empty; give the template's brain "
+                "mask (non-zero inside the brain)")
+        return brain
     if template == "mni152":
         return data > MNI152_BRAIN_THRESHOLD
     head = data > HEAD_FRACTION * np.percentile(data, 99)
     return ndimage.binary_fill_holes(head)
 
 
-def template_brain_points(template: str = "mni152", step: int = 1) -> np.ndarray:
+def template_brain_points(template: str = "mni152", step: int = 1,
+                          brain_mask: str | None = None) -> np.ndarray:
     """RAS+ coordinates (mm) of the template's brain voxels, shape (n, 3).
 
     Parameters
@@ -51,14 +82,17 @@ def template_brain_points(template: str = "mni152", step: int = 1) -> np.ndarray
     step : int
         Keep every ``step``-th voxel along each axis (fewer points, faster error
         measures).
+    brain_mask : str, optional
+        As for :func:`template_brain_mask`.
     """
-    ijk = np.argwhere(template_brain_mask(template)[::step, ::step, ::step]) * step
+    ijk = np.argwhere(template_brain_mask(template, brain_mask)[::step, ::step, ::step]) * step
     return apply_affine(load_template(template).affine, ijk)
 
 
 @functools.lru_cache(maxsize=4)
 def template_pyramid(
-    template: str, levels: tuple[float, ...], bias_sigma_mm: float, margin_mm: float
+    template: str, levels: tuple[float, ...], bias_sigma_mm: float, margin_mm: float,
+    brain_mask: str | None = None,
 ) -> tuple[tuple[Level, ...], tuple[np.ndarray, ...], np.ndarray]:
     """The template's levels (built once per process), the brain mask of each level and
     the brain's centre of mass (RAS mm).
@@ -80,7 +114,7 @@ def template_pyramid(
             f"{int((~np.isfinite(vol.data)).sum())} NaN or infinite voxel(s); give a "
             "template with finite values"
         )
-    brain = template_brain_mask(template)
+    brain = template_brain_mask(template, brain_mask)
     brains = _brain_levels(brain, vol.affine, levels)
     empty = [spacing for spacing, level in zip(levels, brains) if not level.any()]
     if empty:
@@ -122,36 +156,37 @@ def mask_centroid(mask: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def template_search_level(template: str, spacing_mm: float):
+def template_search_level(template: str, spacing_mm: float, brain_mask: str | None = None):
     """The template at the search spacing, not bias-flattened (neither is the subject's
     search level): (level, brain mask on its grid, brain centre in RAS mm)."""
     vol = load_template(template)
-    brain = template_brain_mask(template)
+    brain = template_brain_mask(template, brain_mask)
     (level,) = build_levels(vol, (spacing_mm,))
     (brain_level,) = _brain_levels(brain, vol.affine, (spacing_mm,))
     return level, brain_level, apply_affine(vol.affine, mask_centroid(brain))
 
 
 @functools.lru_cache(maxsize=4)
-def template_search_windows(template: str, spacing_mm: float) -> tuple[Window, ...]:
+def template_search_windows(template: str, spacing_mm: float,
+                            brain_mask: str | None = None) -> tuple[Window, ...]:
     """The template brain in each of the 24 orientations of the search
     (:func:`mriprep.registration.search.template_windows`), turned about its centre."""
-    return template_windows(*template_search_level(template, spacing_mm))
+    return template_windows(*template_search_level(template, spacing_mm, brain_mask))
 
 
 @functools.lru_cache(maxsize=64)
-def template_tilted_windows(template: str, spacing_mm: float, orientation: int
-                            ) -> tuple[Window, ...]:
+def template_tilted_windows(template: str, spacing_mm: float, orientation: int,
+                            brain_mask: str | None = None) -> tuple[Window, ...]:
     """The template brain in orientation number ``orientation`` of the search, turned
     further by each of :func:`mriprep.registration.search.tilts`."""
     base = ORIENTATIONS[orientation]
-    return template_windows(*template_search_level(template, spacing_mm),
+    return template_windows(*template_search_level(template, spacing_mm, brain_mask),
                             rotations=tuple(base @ tilt for tilt in tilts()))
 
 
-def search_reach(template: str, spacing_mm: float) -> int:
+def search_reach(template: str, spacing_mm: float, brain_mask: str | None = None) -> int:
     """The largest extent (voxels) of the template brain in any rotation: its bounding
     box's diagonal."""
-    level, brain, _ = template_search_level(template, spacing_mm)
+    level, brain, _ = template_search_level(template, spacing_mm, brain_mask)
     ijk = np.argwhere(brain)
     return int(np.ceil(np.linalg.norm(ijk.max(axis=0) - ijk.min(axis=0)))) + 2

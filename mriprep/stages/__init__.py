@@ -32,6 +32,7 @@ from mriprep.volume import StageRecord, Volume
 STAGE_MODULES: dict[str, str] = {
     "reorient": "mriprep.stages.reorient",
     "sanitize": "mriprep.stages.sanitize",
+    "plausibility": "mriprep.stages.plausibility",
     "mask_slices": "mriprep.stages.mask_slices",
     "register": "mriprep.stages.register",
     "resample": "mriprep.stages.resample",

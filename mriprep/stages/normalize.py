@@ -1,11 +1,28 @@
-"""Normalise intensities: z-score inside a mask, or FastSurfer-style 0-255 scaling.
+"""Normalise intensities: z-score inside a mask, or FastSurfer's 0-255 conform scaling.
 
-Both modes first clip the image to robust percentiles, so that the few voxels a scan
-always has far out in the tails cannot dominate the statistics, and both refuse a constant
-image with an error instead of dividing by (nearly) zero. The statistics come from valid
-voxels only. Invalid voxels end at a fixed value (``invalid_value``, 0 by default: the
-mean after a z-score), or, with ``invalid_value: null``, keep the values sanitize and
-mask_slices filled in, normalised like the rest; never at NaN.
+``zscore`` first clips the image to robust percentiles, so that the few voxels a scan
+always has far out in the tails cannot dominate the statistics. ``conform`` follows
+FastSurfer's ``conform.getscale``/``scalecrop`` (itself mri_convert's rule): the range
+runs from the darkest voxel to the edge of a 1000-bin histogram two bins below the one
+where all but 0.1% of the non-zero voxels are counted, and maps linearly onto 0-255,
+clipped, with zero kept at zero. Both refuse a constant image with an error instead of
+dividing by (nearly) zero, and take their statistics from valid voxels only. Invalid
+voxels end at a fixed value (``invalid_value``, 0 by default), or, with
+``invalid_value: null``, keep the values sanitize and mask_slices filled in, normalised
+like the rest; never at NaN.
+
+Where conform differs from FastSurfer, and why
+    * FastSurfer computes the range over every voxel of the input; this stage over the
+      valid ones (NaN, extreme and masked voxels have been filled and are not tissue).
+    * One voxel at 1e308 stretches FastSurfer's histogram so that the whole head falls
+      into its first bin and the output is black. The sanitize stage fills such voxels
+      before this stage sees them; should one still reach it, values above
+      ``_CONFORM_CEILING`` times the 99.9th percentile of the non-zero voxels (no tissue
+      is that bright) are counted in the top bin instead of widening the histogram.
+    * FastSurfer scales after its interpolation; the conform pipeline scales before the
+      resample stage (linear interpolation commutes with the linear map, so only voxels
+      next to the clipped top 0.1% can differ, by a grey level or two; ``make bench``
+      measures it).
 """
 
 from __future__ import annotations
@@ -21,6 +38,11 @@ from mriprep.stages.intensity import foreground_mask, percentiles
 from mriprep.volume import Volume
 
 CONFORM_MAX = 255.0
+# FastSurfer's histogram: 1000 bins, all but 0.1% of the non-zero voxels below the cut.
+_CONFORM_BINS = 1000
+_CONFORM_TOP_SHARE = 0.001
+# Values this many times the 99.9th percentile of the non-zero voxels are not tissue.
+_CONFORM_CEILING = 10.0
 
 
 @dataclass(frozen=True)
@@ -31,16 +53,17 @@ class NormalizeParams:
     ----------
     mode : {"zscore", "conform"}
         ``"zscore"``: subtract the mean and divide by the standard deviation of the
-        ``mask`` region. ``"conform"``: map the clipping range linearly onto 0-255, as
-        FastSurfer's conform step does (kept as float32).
+        ``mask`` region. ``"conform"``: FastSurfer's robust range mapped onto 0-255
+        (module doc; kept as float32, cached as uint8 with ``output_dtype: uint8``).
     mask : {"foreground", "valid"}
         Region whose statistics define the z-score: the foreground (valid voxels above
         the BET-style robust threshold: the head, not the background) or every valid
         voxel.
     clip_low_percentile, clip_high_percentile : float
-        The image is clipped to these percentiles of its valid voxels before anything
-        else. They are taken over all valid voxels, not the foreground: foreground
-        percentiles would lift the whole background to the darkest tissue.
+        ``zscore``: the image is clipped to these percentiles of its valid voxels before
+        anything else. They are taken over all valid voxels, not the foreground:
+        foreground percentiles would lift the whole background to the darkest tissue.
+        ``conform`` uses FastSurfer's range instead.
     eps : float
         Relative guard: a standard deviation (or clipping range) not above
         ``eps * max(|mean|, 1)`` means a constant image, which is an error.
@@ -89,6 +112,47 @@ def _float32_below(bound: float) -> np.float32:
     """The largest float32 not above ``bound``."""
     value = np.float32(bound)
     return value if value <= bound else np.nextafter(value, np.float32(-np.inf))
+
+
+def conform_range(values: np.ndarray) -> tuple[float, float]:
+    """FastSurfer's robust intensity range of ``values`` (module doc).
+
+    Parameters
+    ----------
+    values : ndarray
+        The finite voxels the range is taken over.
+
+    Returns
+    -------
+    (low, high) : the darkest value, and the histogram edge two bins below the bin where
+    all but 0.1% of the non-zero values are counted.
+
+    Examples
+    --------
+    >>> values = np.concatenate([np.zeros(500), np.arange(1.0, 1001.0)])
+    >>> conform_range(values)
+    (0.0, 998.0)
+    """
+    values = values.reshape(-1)
+    low = float(values.min())
+    magnitude = np.abs(values)
+    nonzero = magnitude >= 1e-15
+    n_nonzero = int(np.count_nonzero(nonzero))
+    high = float(values.max())
+    if n_nonzero:
+        bright = float(percentiles(magnitude[nonzero], [99.9])[0])
+        ceiling = _CONFORM_CEILING * bright
+        if high > ceiling > low:
+            # Counted in the top bin, not allowed to stretch the histogram.
+            high = float(values[values <= ceiling].max())
+            values = np.minimum(values, values.dtype.type(high))
+    if not high > low:
+        return low, high
+    counts, edges = np.histogram(values, bins=_CONFORM_BINS, range=(low, high))
+    counted = np.concatenate(([0], np.cumsum(counts)))
+    kept = values.size - int(_CONFORM_TOP_SHARE * n_nonzero)
+    first = int(np.argmax(counted >= kept))
+    return low, float(edges[max(first - 2, 0)])
 
 
 def _scaled(values: np.ndarray, low: float, high: float, offset: float,
@@ -151,13 +215,17 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
             "invalid; see their warnings",
             volume.name,
         )
-    low, high = (float(q) for q in percentiles(
-        values, [params.clip_low_percentile, params.clip_high_percentile]
-    ))
+    if params.mode == "conform":
+        low, high = conform_range(values)
+    else:
+        low, high = (float(q) for q in percentiles(
+            values, [params.clip_low_percentile, params.clip_high_percentile]
+        ))
     if not high - low > params.eps * max(abs(high), abs(low), 1.0):
-        raise _constant_error(volume, f"the valid voxels' {params.clip_low_percentile}-"
-                                      f"{params.clip_high_percentile} percentiles are "
-                                      f"both {low:.6g}")
+        what = ("the valid voxels' conform range" if params.mode == "conform" else
+                f"the valid voxels' {params.clip_low_percentile}-"
+                f"{params.clip_high_percentile} percentiles")
+        raise _constant_error(volume, f"{what} collapses to {low:.6g}")
 
     metrics = {
         "mode": params.mode,
@@ -204,5 +272,10 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
         out = _scaled(source, low, high, offset, scale)
         if params.invalid_value is None and not all_finite:
             out[~finite] = 0.0
+    if params.mode == "conform":
+        # float32 rounding of the scale may overshoot 255 by an ulp.
+        np.clip(out, 0.0, CONFORM_MAX, out=out)
+        # FastSurfer maps zero to zero (usually background) whatever the range's start.
+        out[(data == 0) & usable] = 0.0
     metrics.update(output_min=float(out.min()), output_max=float(out.max()))
     return StageOutput(volume.replace(data=out, valid=usable), metrics, warnings)

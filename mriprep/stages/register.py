@@ -128,6 +128,7 @@ from mriprep.registration.geometry import (
     to_sitk_transform,
 )
 from mriprep.registration.checks import (
+    HUMAN_HEAD_LENGTH_MM,
     Limits,
     diagnose,
     head_shape,
@@ -179,6 +180,11 @@ class RegisterParams:
         transform, Mattes MI, ``--float 1``) on the same prepared images and masks.
     template : str
         The built-in template name (``"mni152"``) or the path of a template image.
+    template_brain_mask : str or None
+        The template's brain mask (an image on the template's grid, non-zero inside the
+        brain), given with a user template; relative paths are relative to the pipeline
+        file. None derives it: nilearn's mask for MNI152, the bright filled head for a
+        user template (see :func:`mriprep.registration.template.template_brain_mask`).
     threads : int
         ITK threads for the registration. With 1, results are bit-identical from run to
         run; with more they agree to ~1e-15 relative (see the module notes).
@@ -225,6 +231,7 @@ class RegisterParams:
 
     backend: Literal["sitk", "ants"] = "sitk"
     template: str = "mni152"
+    template_brain_mask: str | None = None
     threads: int = 1
     seed: int = 1
     level_spacings_mm: tuple[float, float, float] = (4.0, 2.0, 2.0)
@@ -238,8 +245,8 @@ class RegisterParams:
     min_similarity: float = 0.4
     min_overlap: float = 0.85
     max_rotation_deg: float = 45.0
-    min_head_length_mm: float = 150.0
-    max_head_length_mm: float = 450.0
+    min_head_length_mm: float = HUMAN_HEAD_LENGTH_MM[0]
+    max_head_length_mm: float = HUMAN_HEAD_LENGTH_MM[1]
     min_search_ncc: float = 0.45
 
     def __post_init__(self):
@@ -373,7 +380,8 @@ def prepare_template(params: RegisterParams) -> None:
 
 def _template_pyramid_for(params: RegisterParams):
     return template_pyramid(
-        params.template, params.levels, params.bias_sigma_mm, params.brain_margin_mm
+        params.template, params.levels, params.bias_sigma_mm, params.brain_margin_mm,
+        params.template_brain_mask,
     )
 
 
@@ -478,8 +486,9 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
     registration on the coarsest level ranks the refined poses by mutual information.
     """
     template, spacing = params.template, params.search_spacing_mm
-    search = SubjectSearch(search_level, search_reach(template, spacing))
-    coarse = search_poses(template_search_windows(template, spacing), search, centre)
+    mask = params.template_brain_mask
+    search = SubjectSearch(search_level, search_reach(template, spacing, mask))
+    coarse = search_poses(template_search_windows(template, spacing, mask), search, centre)
     details = {
         "search_orientations": len(coarse),
         "search_best_ncc": round(coarse[0].ncc, 4) if coarse else None,
@@ -496,7 +505,8 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
     starts = []
     for candidate in coarse[: params.search_candidates]:
         tilted = search_poses(
-            template_tilted_windows(template, spacing, orientation_index(candidate.rotation)),
+            template_tilted_windows(template, spacing, orientation_index(candidate.rotation),
+                                    mask),
             search, centre)
         starts.append(max([candidate, *tilted], key=lambda c: c.ncc))
     ranked = rank_starts(fixed_level, moving_level,

@@ -12,7 +12,12 @@ Target grid
     ``shape`` (e.g. 256^3 at 1 mm, FastSurfer's conformed grid). With ``orientation``
     (e.g. ``"LIA"``, FastSurfer's voxel order) the input's axes are first reordered to it,
     as the reorient stage would but without copying a voxel: the reordering is paid for
-    in the one pass that writes the output grid.
+    in the one pass that writes the output grid. With ``axis_aligned`` the output axes
+    are the world's axes themselves (an oblique scan is rotated onto them, as
+    FreeSurfer's and FastSurfer's conform do), and with ``centre: freesurfer`` the grid
+    is centred as theirs is: output voxel ``N/2`` lies at the input's voxel ``n/2``
+    (FreeSurfer's ``c_ras``), rather than the two fields of view sharing their centre.
+    The two conventions differ by half an input voxel less half an output voxel.
 
 Images
     ``linear`` (trilinear) or ``bspline`` (cubic B-spline, finite data only: its
@@ -89,6 +94,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import nibabel as nib
 import numpy as np
 from scipy import ndimage
 
@@ -134,6 +140,12 @@ class ResampleParams:
         Voxel order of the output grid when there is no pending registration (nibabel
         axis codes, e.g. ``"LIA"``); None keeps the input's. With a registration the
         template's grid decides, and setting it is an error.
+    axis_aligned : bool
+        Output axes exactly along the world axes of ``orientation`` (obliquity removed);
+        False keeps the input's (reordered) axes. Needs ``orientation``.
+    centre : {"field_of_view", "freesurfer"}
+        Where the grid is centred: on the input's field of view, or at FreeSurfer's
+        ``c_ras`` (input voxel ``n/2`` at output voxel ``N/2``).
     """
 
     interpolation: Literal["linear", "bspline"] = "linear"
@@ -142,10 +154,16 @@ class ResampleParams:
     shape: tuple[int, int, int] | None = None
     anisotropy_threshold: float = 3.0
     orientation: str | None = None
+    axis_aligned: bool = False
+    centre: Literal["field_of_view", "freesurfer"] = "field_of_view"
 
     def __post_init__(self):
         if self.orientation is not None:
             object.__setattr__(self, "orientation", axis_codes(self.orientation, "resample"))
+        elif self.axis_aligned:
+            raise PipelineConfigError(
+                "resample: axis_aligned needs an orientation to align to (e.g. LIA)"
+            )
         spacing = tuple(float(s) for s in self.spacing)
         if len(spacing) != 3 or not all(np.isfinite(spacing)) or min(spacing) <= 0:
             raise PipelineConfigError(
@@ -166,10 +184,45 @@ class ResampleParams:
             )
 
 
+def grid_centre(affine: np.ndarray, shape, convention: str) -> tuple[np.ndarray, float]:
+    """The world point a target grid is centred on, by ``convention``.
+
+    ``"field_of_view"``: the input's voxel ``(n - 1) / 2``, which lands on output voxel
+    ``(N - 1) / 2``. ``"freesurfer"``: FreeSurfer's ``c_ras``, the input's voxel
+    ``n / 2``, which lands on output voxel ``N / 2``.
+
+    Returns
+    -------
+    (point, offset) : the world point (mm), and ``offset`` such that it lands on output
+    voxel ``N / 2 - offset``.
+    """
+    offset = 0.5 if convention == "field_of_view" else 0.0
+    index = np.asarray(shape, dtype=np.float64) / 2 - offset
+    affine = np.asarray(affine, dtype=np.float64)
+    return affine[:3, :3] @ index + affine[:3, 3], offset
+
+
+def world_axes(orientation: str) -> np.ndarray:
+    """Unit columns along the world axes named by nibabel axis codes.
+
+    Examples
+    --------
+    >>> world_axes("LIA").astype(int).tolist()
+    [[-1, 0, 0], [0, 0, 1], [0, -1, 0]]
+    """
+    ornt = nib.orientations.axcodes2ornt(tuple(orientation))
+    columns = np.zeros((3, 3))
+    for voxel_axis, (world_axis, sign) in enumerate(ornt):
+        columns[int(world_axis), voxel_axis] = sign
+    return columns
+
+
 def target_grid(
-    affine: np.ndarray, shape: tuple[int, int, int], spacing, out_shape=None
+    affine: np.ndarray, shape: tuple[int, int, int], spacing, out_shape=None,
+    directions: np.ndarray | None = None, centre: tuple[np.ndarray, float] | None = None,
 ) -> tuple[tuple[int, int, int], np.ndarray]:
-    """A grid with the input's axes and ``spacing``, centred on the input's field of view.
+    """A grid with ``spacing``, by default with the input's axes and centred on its field
+    of view.
 
     Parameters
     ----------
@@ -181,6 +234,10 @@ def target_grid(
         Output voxel size (mm).
     out_shape : tuple of 3 ints, optional
         Output shape; by default ``round(shape * input_spacing / spacing)``.
+    directions : ndarray, shape (3, 3), optional
+        Unit columns of the output axes (default: the input's).
+    centre : (world point, offset), optional
+        From :func:`grid_centre` (default: the input's field of view).
 
     Returns
     -------
@@ -201,11 +258,13 @@ def target_grid(
         new_shape = np.maximum(np.round(in_shape * in_spacing / spacing), 1).astype(int)
     else:
         new_shape = np.asarray(out_shape, dtype=int)
-    directions = affine[:3, :3] / in_spacing
-    centre = affine[:3, :3] @ ((in_shape - 1) / 2) + affine[:3, 3]
+    if directions is None:
+        directions = affine[:3, :3] / in_spacing
+    point, offset = centre if centre is not None else grid_centre(affine, shape,
+                                                                  "field_of_view")
     new_affine = np.eye(4)
-    new_affine[:3, :3] = directions * spacing
-    new_affine[:3, 3] = centre - new_affine[:3, :3] @ ((new_shape - 1) / 2)
+    new_affine[:3, :3] = np.asarray(directions, dtype=np.float64) * spacing
+    new_affine[:3, 3] = point - new_affine[:3, :3] @ (new_shape / 2 - offset)
     return tuple(int(s) for s in new_shape), new_affine
 
 
@@ -807,8 +866,12 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
                 "'orientation' from the resample step",
                 volume.name,
             )
+        # FreeSurfer's c_ras is a voxel of the stored grid: taken before reordering.
+        centre = grid_centre(volume.affine, volume.shape, params.centre)
         # Views: the output grid is written below in one pass, reordering included.
         volume = reoriented(volume, params.orientation, contiguous=False)
+    else:
+        centre = grid_centre(volume.affine, volume.shape, params.centre)
     data = _finite_data(volume, params)
     pending = volume.pending
     snap = None
@@ -817,8 +880,9 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         world_map = pending.template_to_subject
         grid_source = "template"
     else:
+        directions = world_axes(params.orientation) if params.axis_aligned else None
         out_shape, out_affine = target_grid(
-            volume.affine, volume.shape, params.spacing, params.shape
+            volume.affine, volume.shape, params.spacing, params.shape, directions, centre
         )
         snap = snap_to_input_lattice(volume.affine, volume.spacing, out_affine, params.spacing)
         if snap is not None:

@@ -52,7 +52,7 @@ class SanitizeParams:
         the foreground (finite, non-zero voxels) separates it from the intensity bulk
         (see :func:`robust_limits`). Bright vessels, fat and slice-intensity artifacts
         (mask_slices handles those) stay connected to the bulk; 1e30 does not.
-    output_dtype : {"float32", "float16"}
+    output_dtype : {"float32", "float16", "uint8"}
         The cache's dtype. With float16, values beyond +/-65504 are extreme as well.
     max_invalid_fraction : float
         The subject fails when more than this fraction of its voxels is invalid.
@@ -63,7 +63,7 @@ class SanitizeParams:
 
     strategy: Literal["local", "median", "mean", "zero"] = "local"
     extreme_factor: float = 20.0
-    output_dtype: Literal["float32", "float16"] = "float32"
+    output_dtype: Literal["float32", "float16", "uint8"] = "float32"
     max_invalid_fraction: float = 0.15
     local_sigma_mm: float = 2.0
 

@@ -2,6 +2,16 @@
 
 A subject that breaks any of them is reported with every broken invariant and its
 offending value, and never cached. The stage changes nothing.
+
+One invariant is a plausibility check on the output (the others are the plausibility
+stage's, on the input): ``head_coverage``, the share of the output grid that is valid
+head (voxels above the robust foreground threshold of the valid ones). Measured on the
+calibration set (``make bench``, ``benchmarks/bench_plausibility.py``) on FastSurfer's
+256^3 grid, the largest mriprep ships: whole heads cover 20-30%, Colin27's brain alone
+10.0%; a macaque brain 0.7%, a human head at 0.45 scale 2.4%, a 64 mm crop 0%; 40 mm
+slabs and tops of heads 1.4-8.6% (the plausibility stage's head width refuses them
+first). ``min_head_coverage`` (5%) sits between whole brains and the small ones. On the default
+pipeline's MNI152 grid (8.7 L against 16.8) every head covers about twice its share.
 """
 
 from __future__ import annotations
@@ -13,7 +23,8 @@ import numpy as np
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
-from mriprep.stages.intensity import label_values
+from mriprep.stages.intensity import foreground_mask, label_values
+from mriprep.stages.plausibility import shear_deg
 from mriprep.volume import Volume
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -25,9 +36,10 @@ class ValidateParams:
 
     Attributes
     ----------
-    output_dtype : {"float32", "float16"}
+    output_dtype : {"float32", "float16", "uint8"}
         The cache's dtype (inherited from the pipeline). With float16 every value must
-        fit float16's range.
+        fit float16's range; with uint8 it must lie in 0-255 (it is rounded when cached,
+        as FastSurfer rounds its conformed images).
     expected_shape : (int, int, int) or None
         The grid the pipeline promises (e.g. 256^3 for a conform pipeline). None: the
         grid of the registration template when the volume was registered (so a pipeline
@@ -40,14 +52,21 @@ class ValidateParams:
         Label values a label map may hold; None: any.
     min_valid_fraction : float
         Smallest fraction of valid voxels; the volume must hold at least one in any case.
+    min_head_coverage : float
+        Smallest share of the output grid that is valid head (module doc); 0 disables.
+    warn : tuple of str
+        Invariants that only warn; only ``head_coverage`` may (the others would put a
+        broken tensor into the cache).
     """
 
-    output_dtype: Literal["float32", "float16"] = "float32"
+    output_dtype: Literal["float32", "float16", "uint8"] = "float32"
     expected_shape: tuple[int, int, int] | None = None
     expected_spacing: tuple[float, float, float] | None = None
     spacing_tolerance: float = 1e-3
     allowed_labels: tuple[int, ...] | None = None
     min_valid_fraction: float = 0.0
+    min_head_coverage: float = 0.05
+    warn: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.expected_shape is not None and any(s < 1 for s in self.expected_shape):
@@ -69,6 +88,15 @@ class ValidateParams:
                 "min_valid_fraction must lie in [0, 1], got "
                 f"{self.min_valid_fraction}"
             )
+        if not 0.0 <= self.min_head_coverage < 1.0:
+            raise PipelineConfigError(
+                f"min_head_coverage must lie in [0, 1), got {self.min_head_coverage}"
+            )
+        if set(self.warn) - {"head_coverage"}:
+            raise PipelineConfigError(
+                f"warn: only 'head_coverage' may warn instead of failing, got "
+                f"{list(self.warn)}"
+            )
 
 
 def _expected_grid(volume: Volume, params: ValidateParams):
@@ -85,6 +113,33 @@ def _expected_grid(volume: Volume, params: ValidateParams):
 
     grid = load_template(str(template))
     return grid.shape, grid.spacing, f" (the grid of registration template {template!r})"
+
+
+# Output grids are orthogonal up to float32 rounding of the input's affine (~1e-5 deg).
+_MAX_OUTPUT_SHEAR_DEG = 0.01
+# Every 2nd voxel along each axis estimates the coverage within a fraction of a percent.
+_COVERAGE_STEP = 2
+
+
+def head_coverage(volume: Volume) -> float:
+    """The share of the grid that is valid head (the robust foreground of valid voxels)."""
+    step = (slice(None, None, _COVERAGE_STEP),) * 3
+    data, valid = volume.data[step], volume.valid[step]
+    if not valid.any():
+        return 0.0
+    return float(np.count_nonzero(foreground_mask(data, valid)) / max(data.size, 1))
+
+
+def coverage_problem(coverage: float, params: ValidateParams) -> str | None:
+    """The sentence for a head covering too little of the grid, or None."""
+    if coverage >= params.min_head_coverage:
+        return None
+    return (
+        f"head coverage: the head covers {coverage:.1%} of the output grid, below "
+        f"min_head_coverage={params.min_head_coverage:g} (whole human heads cover 20-30% "
+        "of a 256^3 1 mm grid, a brain alone 10%): the scan holds a small part of a head, "
+        "or a brain much smaller than a human one"
+    )
 
 
 def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
@@ -112,6 +167,13 @@ def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
                 "and would become Inf in the float16 cache; normalise the intensities or "
                 "use output_dtype: float32"
             )
+    elif params.output_dtype == "uint8" and data.size:
+        low, high = float(data.min()), float(data.max())
+        if low < -0.5 or high >= 255.5:
+            problems.append(
+                f"uint8 range: values {low:.6g}..{high:.6g} do not round into 0-255; "
+                "normalise with mode: conform, or use output_dtype: float32"
+            )
     if volume.valid.shape != data.shape or volume.valid.dtype != np.bool_:
         problems.append(
             f"valid mask: {volume.valid.dtype} {volume.valid.shape}, expected bool "
@@ -134,7 +196,16 @@ def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
     affine = volume.affine
     if not np.all(np.isfinite(affine)) or np.linalg.matrix_rank(affine[:3, :3]) < 3:
         problems.append(f"affine: not finite or singular: {affine.tolist()}")
-    elif expected_spacing is not None:
+    else:
+        sheared = shear_deg(affine)
+        if sheared > _MAX_OUTPUT_SHEAR_DEG:
+            problems.append(
+                f"affine: the voxel axes meet {sheared:.3f} degrees from a right angle (a "
+                "sheared grid, inherited from a sheared input header, whose spacing is not "
+                "its voxel size); refuse such inputs with the plausibility stage, or "
+                "resample with axis_aligned: true"
+            )
+    if expected_spacing is not None and np.all(np.isfinite(affine)):
         spacing = np.asarray(volume.spacing)
         expected = np.asarray(expected_spacing, dtype=np.float64)
         if np.any(np.abs(spacing - expected) > params.spacing_tolerance):
@@ -164,8 +235,10 @@ def validate(volume: Volume, params: ValidateParams) -> StageOutput:
 
     Invariants: float32 data, all finite (and within float16 range for a float16 cache),
     a boolean ``valid`` mask of the data's shape with at least ``min_valid_fraction``
-    valid voxels, a finite non-singular affine, the expected shape and spacing when
-    configured, no unapplied transform, label values within the allowed set.
+    valid voxels, a finite non-singular affine with orthogonal axes, the expected shape
+    and spacing when configured, no unapplied transform, label values within the allowed
+    set, and a head covering at least ``min_head_coverage`` of the grid (a warning
+    instead where ``warn`` names ``head_coverage``).
 
     Raises
     ------
@@ -173,11 +246,19 @@ def validate(volume: Volume, params: ValidateParams) -> StageOutput:
         Naming every broken invariant and its offending value.
     """
     problems = find_violations(volume, params)
+    coverage = head_coverage(volume) if params.min_head_coverage > 0 else None
+    low_coverage = None if coverage is None else coverage_problem(coverage, params)
+    warnings = []
+    if low_coverage and "head_coverage" in params.warn:
+        warnings.append(low_coverage)
+    elif low_coverage:
+        problems.append(low_coverage)
     if problems:
         raise StageError(
             "validate",
             f"{len(problems)} invariant(s) broken: " + "; ".join(problems),
             volume.name,
+            metrics={"head_coverage": coverage},
         )
     metrics = {
         "data_min": float(volume.data.min()) if volume.data.size else None,
@@ -185,7 +266,8 @@ def validate(volume: Volume, params: ValidateParams) -> StageOutput:
         "valid_fraction": float(np.count_nonzero(volume.valid)) / max(volume.data.size, 1),
         "shape": list(volume.shape),
         "spacing": [round(s, 6) for s in volume.spacing],
+        "head_coverage": coverage,
     }
     if volume.label is not None:
         metrics["label_values"] = label_values(volume.label)
-    return StageOutput(volume, metrics, [])
+    return StageOutput(volume, metrics, warnings)

@@ -1,4 +1,4 @@
-"""normalize: z-score in the foreground with robust clipping, or 0-255 conform scaling;
+"""normalize: z-score in the foreground with robust clipping, or FastSurfer's 0-255 scaling;
 constant images are errors, invalid voxels end at a fixed finite value.
 
 Volumes are the MNI152 brain on a 2 mm grid with a bias field and Rician noise.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mriprep.demo.fastsurfer_conform import conform_scale
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import get_stage
 from mriprep.stages import intensity
@@ -100,15 +101,46 @@ def test_mask_valid_uses_every_valid_voxel(head):
     assert out.record_of("normalize").metrics["std"] == pytest.approx(clipped.std(), rel=1e-6)
 
 
-def test_conform_maps_the_clipping_range_onto_0_255(head):
+def test_conform_takes_fastsurfers_range_and_maps_it_onto_0_255(head):
     out = normalize(head, mode="conform")
     low, high = out.record_of("normalize").metrics["clip_range"]
-    assert low == pytest.approx(np.percentile(head.data, 0.5), rel=1e-6)
-    assert high == pytest.approx(np.percentile(head.data, 99.5), rel=1e-6)
+    # The referee restates FastSurfer's getscale on every voxel (all valid here).
+    their_low, their_scale = conform_scale(head.data)
+    assert low == their_low == head.data.min()
+    assert 255.0 / (high - low) == pytest.approx(their_scale, rel=1e-9)
+    # FastSurfer's cut keeps all but 0.1% of the non-zero voxels below it, give or take
+    # the two histogram bins it steps back.
+    assert 0.001 < np.mean(head.data > high) < 0.01
     assert out.data.min() == 0.0 and out.data.max() == pytest.approx(255.0)
     # Monotonic: brighter input, brighter output.
     order = np.argsort(head.data.ravel()[::97])
     assert np.all(np.diff(out.data.ravel()[::97][order]) >= 0)
+
+
+@pytest.mark.parametrize("extreme", [1e308, 3e38, 1e30])
+def test_conform_is_not_ruined_by_one_extreme_voxel(head, extreme):
+    """FastSurfer's histogram would run from the minimum to the extreme and put the
+    whole head into its first bin. A float32 volume holds 1e308 as Inf, which normalize
+    treats as invalid; a finite extreme counts in the top bin. Either way the range
+    moves by less than a grey level."""
+    clean = normalize(head, mode="conform")
+    spiked_data = head.data.astype(np.float64)
+    spiked_data[40, 50, 30] = extreme
+    spiked = normalize(head.replace(data=spiked_data), mode="conform")
+    low, high = spiked.record_of("normalize").metrics["clip_range"]
+    assert np.isfinite(high) and high < 2 * head.data.max()
+    changed = np.abs(spiked.data - clean.data)
+    changed[40, 50, 30] = 0.0
+    assert changed.max() < 1.0
+    assert spiked.data[40, 50, 30] == pytest.approx(255.0 if extreme < 1e39 else 0.0)
+
+
+def test_conform_keeps_zero_at_zero_as_fastsurfer_does(head):
+    shifted = head.data - 50.0  # the darkest voxels now negative
+    shifted[:4] = 0.0
+    out = normalize(head.replace(data=shifted.astype(np.float32)), mode="conform")
+    assert (out.data[:4] == 0.0).all() and out.data[4:].max() == pytest.approx(255.0)
+    assert out.data[4:].mean() > 5.0
 
 
 @pytest.mark.parametrize("mode", ["zscore", "conform"])

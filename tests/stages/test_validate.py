@@ -148,3 +148,32 @@ def test_invalid_parameters_are_refused():
 
 def test_registered_under_its_pipeline_name():
     assert get_stage("validate") is validate
+
+
+def test_a_sheared_grid_is_refused_even_when_its_columns_are_1_mm(output):
+    """A sheared input header, resampled without axis_aligned, leaves a sheared grid;
+    its columns' lengths look like 1 mm voxels, and they are not."""
+    sheared = output.affine.copy()
+    sheared[:3, 1] = [np.sin(np.radians(5.0)), np.cos(np.radians(5.0)), 0.0]
+    volume = output.replace(affine=sheared)
+    np.testing.assert_allclose(volume.spacing, (1.0, 1.0, 1.0))
+    problems = find_violations(volume, ValidateParams(**PARAMS))
+    assert problems == [next(p for p in problems if p.startswith("affine: the voxel axes "
+                                                                 "meet 5.000 degrees"))]
+
+
+def test_head_coverage_is_measured_and_can_be_made_a_warning(output):
+    metrics = validate(output, **PARAMS).record_of("validate").metrics
+    assert metrics["head_coverage"] > 0.9  # a block cut from inside the brain
+    # The block on a 240^3 grid, the rest outside the scan (invalid): 4.4% of the grid.
+    padded = np.zeros((240, 240, 240), np.float32)
+    padded[:80, :100, :80] = output.data
+    inside = np.zeros(padded.shape, bool)
+    inside[:80, :100, :80] = True
+    big = Volume.from_array(padded, output.affine, subject_id="block").replace(valid=inside)
+    with pytest.raises(StageError, match=r"head coverage: the head covers \d\.\d%"):
+        validate(big)
+    warned = validate(big, warn=("head_coverage",)).record_of("validate")
+    assert warned.warnings and warned.warnings[0].startswith("head coverage")
+    with pytest.raises(PipelineConfigError, match="only 'head_coverage' may warn"):
+        ValidateParams(warn=("finite",))
