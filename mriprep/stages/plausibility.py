@@ -152,17 +152,23 @@ def shear_deg(affine: np.ndarray) -> float:
     return worst
 
 
-def _level(volume: Volume, spacing_mm: float):
-    """``volume`` on an isotropic level, never finer than its own largest voxel side: a
-    header claiming 10 mm voxels would otherwise be upsampled into billions of voxels."""
+def _levels(volume: Volume):
+    """The shape level (8 mm) and the structure level (4 mm), the coarser built from the
+    finer: one pass over the full-resolution voxels. Neither is finer than the volume's
+    largest voxel side: a header claiming 10 mm voxels would otherwise be upsampled into
+    billions of voxels."""
     coarsest = float(voxel_sizes(volume.affine).max())
-    (level,) = build_levels(volume, (max(spacing_mm, coarsest),))
-    return level
+    shape_mm = max(_SHAPE_LEVEL_MM, coarsest)
+    structure_mm = max(_STRUCTURE_LEVEL_MM, coarsest)
+    if structure_mm == shape_mm:
+        (level,) = build_levels(volume, (shape_mm,))
+        return level, level
+    shape_level, structure_level = build_levels(volume, (shape_mm, structure_mm))
+    return shape_level, structure_level
 
 
-def structure_measures(volume: Volume) -> dict[str, float]:
-    """``large_scale_share`` and ``background_share`` of a finite volume (module doc)."""
-    level = _level(volume, _STRUCTURE_LEVEL_MM)
+def structure_measures(level) -> dict[str, float]:
+    """``large_scale_share`` and ``background_share`` (module doc) of a level."""
     usable = level.mask
     values = level.data[usable].astype(np.float64)
     if values.size < 2 or float(values.var()) == 0.0:
@@ -184,11 +190,12 @@ def structure_measures(volume: Volume) -> dict[str, float]:
 
 def measure(volume: Volume) -> dict:
     """Every measure of this stage on ``volume`` (finite data)."""
-    shape = head_shape(_level(volume, _SHAPE_LEVEL_MM))
+    shape_level, structure_level = _levels(volume)
+    shape = head_shape(shape_level)
     return {
         "voxel_size_mm": [round(float(s), 4) for s in voxel_sizes(volume.affine)],
         "shear_deg": shear_deg(volume.affine),
-        **structure_measures(volume),
+        **structure_measures(structure_level),
         "head_length_mm": None if shape is None else round(shape.length_mm, 1),
         "head_extents_mm": None if shape is None else [round(e, 1) for e in shape.extents_mm],
         "head_volume_ml": None if shape is None else round(shape.volume_ml, 1),
