@@ -170,13 +170,9 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
     length = measures.get("head_length_mm")
     if length is not None and not (
             limits.min_head_length_mm <= length <= limits.max_head_length_mm):
-        extents = " x ".join(f"{e:.0f}" for e in measures["head_extents_mm"])
-        return Failure("head_size", (
-            f"the head or brain in the image is {length:.0f} mm long (principal extents "
-            f"{extents} mm), outside the human range {limits.min_head_length_mm:g}-"
-            f"{limits.max_head_length_mm:g} mm (an adult human brain is 150-190 mm long, "
-            "a macaque brain about 80): this is not a human head, or the voxel sizes in "
-            "its header are wrong"))
+        return Failure("head_size", head_length_reason(
+            length, measures["head_extents_mm"],
+            (limits.min_head_length_mm, limits.max_head_length_mm)))
     best = measures.get("search_best_ncc")
     if best is not None and best < limits.min_search_ncc:
         return Failure("no_brain", (
@@ -219,6 +215,16 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
             f"{describe_orientation_error(rotation)} Fix the header (or the converter "
             "that wrote it) and run it again"))
     return None
+
+
+def head_length_reason(length: float, extents, human_range) -> str:
+    """Why a head of ``length`` mm (principal ``extents``) is refused."""
+    size = " x ".join(f"{e:.0f}" for e in extents)
+    return (
+        f"the head or brain in the image is {length:.0f} mm long (principal extents "
+        f"{size} mm), outside the human range {human_range[0]:g}-{human_range[1]:g} mm "
+        "(an adult human brain is 150-190 mm long, a macaque brain about 80): this is not "
+        "a human head, or the voxel sizes in its header are wrong")
 
 
 def describe_orientation_error(rotation: np.ndarray) -> str:

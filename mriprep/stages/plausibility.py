@@ -1,4 +1,4 @@
-"""Plausibility: refuse an input that no pipeline can serve, before any work is done.
+"""Plausibility: refuse an input that no pipeline can serve, before the costly stages.
 
 A conform pipeline has no template to disagree with, so without these checks it caches a
 macaque brain, a sheared header or a volume of pure noise as if they were human heads.
@@ -50,7 +50,9 @@ head width (mm)         110      145 - 199     49-50 (40 mm slabs), 71-85 (top t
 ======================  =======  ============  =========================================
 
 Each limit sits in the gap between the two columns, with the good side's margin the
-larger (a new scanner's good scan is likelier than a new failure to fall just outside).
+larger (a new scanner's good scan is likelier than a new failure to fall just outside),
+except shear's: 0.5 degrees already moves a point 128 mm from the centre by 1.1 mm,
+about what registration is allowed to miss by.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from nibabel.affines import voxel_sizes
 from scipy import ndimage
 
 from mriprep.errors import PipelineConfigError, StageError
-from mriprep.registration.checks import HUMAN_HEAD_LENGTH_MM, head_shape
+from mriprep.registration.checks import HUMAN_HEAD_LENGTH_MM, head_length_reason, head_shape
 from mriprep.registration.pyramid import HEAD_FRACTION, build_levels
 from mriprep.stages import StageOutput, stage
 from mriprep.volume import Volume
@@ -234,12 +236,8 @@ def broken_checks(measures: dict, params: PlausibilityParams) -> dict[str, str]:
         extents = measures["head_extents_mm"]
         size = " x ".join(f"{e:.0f}" for e in extents)
         if not params.min_head_length_mm <= length <= params.max_head_length_mm:
-            broken["head_size"] = (
-                f"the head or brain in the image is {length:.0f} mm long (principal "
-                f"extents {size} mm), outside the human range "
-                f"{params.min_head_length_mm:g}-{params.max_head_length_mm:g} mm (an adult "
-                "human brain is 150-190 mm long, a macaque brain about 80): this is not a "
-                "human head, or the voxel sizes in its header are wrong")
+            broken["head_size"] = head_length_reason(
+                length, extents, (params.min_head_length_mm, params.max_head_length_mm))
         elif extents[-1] < params.min_head_width_mm:
             broken["head_size"] = (
                 f"the head or brain in the image is only {extents[-1]:.0f} mm across in "
