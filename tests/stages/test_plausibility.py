@@ -133,3 +133,47 @@ def test_a_real_macaque_brain_is_refused_as_head_size_and_real_colin27_passes():
     colin = real_head("colin27")
     out = plausibility(_volume(acquire(colin, np.eye(4), ACQUISITIONS["ax5_chin"], rng)))
     assert out.record_of("plausibility").metrics["failed_checks"] == []
+
+
+@pytest.mark.skipif(real_scan("colin27") is None, reason=HOW_TO_GET)
+@pytest.mark.parametrize("damage", ["sheared_10deg", "voxels_in_cm", "crop64"])
+def test_each_refusal_holds_on_the_real_colin27_file(damage):
+    """The real file as Debian ships it, its header or its field of view damaged as the
+    built failures are."""
+    import nibabel as nib
+
+    from mriprep.demo.calibration import wrong_header
+
+    img = nib.load(real_scan("colin27"))
+    stored = Scan(np.asarray(img.dataobj, dtype=np.float32), None, img.affine, np.eye(4),
+                  None)
+    assert plausibility(_volume(stored)).record_of("plausibility").metrics[
+        "failed_checks"] == []
+    if damage == "sheared_10deg":
+        shear = np.eye(4)
+        shear[0, 1] = np.tan(np.radians(10.0))
+        error, check = _refusal(wrong_header(lambda: stored, shear)), "shear"
+    elif damage == "voxels_in_cm":
+        error = _refusal(wrong_header(lambda: stored, np.diag([10.0, 10.0, 10.0, 1.0])))
+        check = "voxel_size"
+    else:
+        error, check = _refusal(crop_of(lambda: stored, 64.0)), "no_head"
+    assert check in error.metrics["failed_checks"]
+
+
+@pytest.mark.skipif(real_scan("macaque") is None, reason=HOW_TO_GET)
+def test_the_real_macaque_covers_too_little_of_the_conform_grid():
+    """With head_size only warning, the macaque brain as stored reaches validate, which
+    refuses it for covering under 1% of the 256^3 grid."""
+    import nibabel as nib
+
+    img = nib.load(real_scan("macaque"))
+    pipeline = load_pipeline("conform_1mm")
+    steps = tuple(
+        dataclasses.replace(step, params=PlausibilityParams(warn=("head_size",)))
+        if step.name == "plausibility" else step for step in pipeline.steps)
+    volume = Volume.from_array(np.asarray(img.dataobj, dtype=np.float32), img.affine,
+                               subject_id="macaque")
+    with pytest.raises(StageError, match="head coverage") as info:
+        run_stages(volume, dataclasses.replace(pipeline, steps=steps))
+    assert info.value.stage == "validate" and info.value.metrics["head_coverage"] < 0.01
