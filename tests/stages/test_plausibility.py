@@ -50,6 +50,15 @@ def _good_scan() -> Scan:
                    rng)
 
 
+def _conform_with_head_size_warned():
+    """conform_1mm with the plausibility check head_size only warning."""
+    pipeline = load_pipeline("conform_1mm")
+    steps = tuple(
+        dataclasses.replace(step, params=PlausibilityParams(warn=("head_size",)))
+        if step.name == "plausibility" else step for step in pipeline.steps)
+    return dataclasses.replace(pipeline, steps=steps)
+
+
 def _refusal(scan: Scan, sanitized: bool = True) -> StageError:
     with pytest.raises(StageError) as info:
         plausibility(_volume(scan, sanitized))
@@ -112,11 +121,7 @@ def test_a_head_covering_too_little_of_the_conform_grid_fails_validate():
     covers far too little of the 256^3 grid for validate."""
     scan = _good_scan()
     thin = Scan(scan.data[:25].copy(), None, scan.affine, scan.pose, None)
-    pipeline = load_pipeline("conform_1mm")
-    steps = tuple(
-        dataclasses.replace(step, params=PlausibilityParams(warn=("head_size",)))
-        if step.name == "plausibility" else step for step in pipeline.steps)
-    warned = dataclasses.replace(pipeline, steps=steps)
+    warned = _conform_with_head_size_warned()
     with pytest.raises(StageError, match=r"head coverage: the head covers \d\.\d%") as info:
         run_stages(Volume.from_array(thin.data, thin.affine, subject_id="thin"), warned)
     assert info.value.stage == "validate" and info.value.metrics["head_coverage"] < 0.05
@@ -168,12 +173,8 @@ def test_the_real_macaque_covers_too_little_of_the_conform_grid():
     import nibabel as nib
 
     img = nib.load(real_scan("macaque"))
-    pipeline = load_pipeline("conform_1mm")
-    steps = tuple(
-        dataclasses.replace(step, params=PlausibilityParams(warn=("head_size",)))
-        if step.name == "plausibility" else step for step in pipeline.steps)
     volume = Volume.from_array(np.asarray(img.dataobj, dtype=np.float32), img.affine,
                                subject_id="macaque")
     with pytest.raises(StageError, match="head coverage") as info:
-        run_stages(volume, dataclasses.replace(pipeline, steps=steps))
+        run_stages(volume, _conform_with_head_size_warned())
     assert info.value.stage == "validate" and info.value.metrics["head_coverage"] < 0.01
