@@ -49,8 +49,10 @@ _FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
 def pipelines_dir() -> Path:
-    """The folder of named pipelines shipped with mriprep (``pipelines/`` in the repo)."""
-    return Path(mriprep.__file__).resolve().parents[1] / "pipelines"
+    """The folder of named pipelines shipped with mriprep: package data
+    (``mriprep/pipelines/``), so that a wheel or ``pip install .`` finds them too; the
+    repository's top-level ``pipelines/`` is a link to it."""
+    return Path(mriprep.__file__).resolve().parent / "pipelines"
 
 
 def available_pipelines() -> list[str]:

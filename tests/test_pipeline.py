@@ -278,3 +278,28 @@ def test_an_output_orientation_after_register_is_refused_before_any_subject():
         pipeline_from_dict(doc, source="x.yaml")
     conform = load_pipeline(pipelines_dir() / "conform_1mm.yaml")
     assert conform.params_of("resample").orientation == "LIA"
+
+
+def test_a_non_editable_install_finds_the_shipped_pipelines(tmp_path):
+    """A wheel carries the YAML files as package data: installed into a fresh folder and
+    imported from there, the default pipeline and conform_1mm load by name."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w",
+                          str(wheel_dir), str(repo)], check=True, cwd=tmp_path)
+    (wheel,) = wheel_dir.glob("mriprep-*.whl")
+    subprocess.run(pip + ["install", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, cwd=tmp_path)
+    script = (f"import sys; sys.path.insert(0, {str(target)!r}); import mriprep; "
+              "from mriprep.pipeline import load_pipeline; "
+              "print(mriprep.__file__); print(load_pipeline().name, "
+              "load_pipeline('conform_1mm').name)")
+    out = subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path,
+                         capture_output=True, text=True).stdout.split("\n")
+    assert out[0].startswith(str(target))  # the installed copy, not the checkout
+    assert out[1] == "t1w_mni_rigid conform_1mm"
