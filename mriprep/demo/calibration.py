@@ -15,6 +15,10 @@ to it:
   ``no_brain`` (noise, a water phantom), ``head_size`` (a macaque brain, a human head
   shrunk to macaque size), ``not_t1`` (a T2-like contrast).
 
+The plausibility stage is calibrated on the same set plus
+:func:`plausibility_cases` (sheared sforms, voxel sizes in the wrong unit, a blank
+volume, a crop from inside the head); :func:`expected_checks` says what it must name.
+
 Rigid truth: every good scan of one anatomy shares it, so registration is scored as
 consistency across known poses (the error of predicting one pose's transform from the
 reference pose's and the known motion) and, for synthetic people, against the known
@@ -212,8 +216,9 @@ def expected_checks(case: Case) -> frozenset[str]:
 
 def plausibility_cases(seed: int = 0) -> list[Case]:
     """Inputs that only the plausibility checks can refuse in a conform pipeline, built
-    from synthetic person 0's 1 mm scan: sheared sforms, voxel sizes in the wrong unit,
+    from synthetic person ``100 * seed``'s 1 mm scan: sheared sforms, voxel sizes in the wrong unit,
     a blank volume, and a 2 mm crop from inside the head (64 mm a side)."""
+    name = f"person-{seed * 100}"
     anatomy = functools.partial(person, seed * 100)
     # One acquisition shared by the header errors (they only change the affine).
     base = functools.lru_cache(maxsize=1)(
@@ -222,14 +227,14 @@ def plausibility_cases(seed: int = 0) -> list[Case]:
     for degrees in (3.0, 10.0):
         shear = np.eye(4)
         shear[0, 1] = np.tan(np.radians(degrees))
-        cases.append(Case(f"person-0/sheared_{degrees:g}deg", "shear", "person-0", "1mm",
+        cases.append(Case(f"{name}/sheared_{degrees:g}deg", "shear", name, "1mm",
                           functools.partial(wrong_header, base, shear)))
     for factor, unit in ((10.0, "cm"), (0.1, "0.1mm")):
-        cases.append(Case(f"person-0/voxels_in_{unit}", "voxel_size", "person-0", "1mm",
+        cases.append(Case(f"{name}/voxels_in_{unit}", "voxel_size", name, "1mm",
                           functools.partial(wrong_header, base, np.diag([factor] * 3 + [1]))))
     cases.append(Case("blank", "no_head", "", "blank", _blank))
     two_mm = functools.partial(_scan, anatomy, Acquisition((2.0, 2.0, 2.0)), [seed, 81])
-    cases.append(Case("person-0/crop64_2mm", "field_of_view", "person-0", "2mm",
+    cases.append(Case(f"{name}/crop64_2mm", "field_of_view", name, "2mm",
                       functools.partial(crop_of, two_mm, 64.0)))
     return cases
 
