@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -50,9 +51,14 @@ from mriprep.volume import Volume  # noqa: E402
 _UNCHANGED = {"rescan", "leak"}
 
 
+@functools.lru_cache(maxsize=1)
+def _uint8_conform():
+    return load_pipeline("conform_1mm", output_dtype="uint8")
+
+
 def compare(name: str, volume: Volume, data: np.ndarray, affine: np.ndarray,
             group: str) -> dict[str, Any]:
-    pipeline = load_pipeline("conform_1mm", output_dtype="uint8")
+    pipeline = _uint8_conform()
     row: dict[str, Any] = {"scan": name, "group": group}
     start = time.perf_counter()
     try:
@@ -149,11 +155,10 @@ def main(argv: list[str] | None = None) -> int:
 
         from mriprep.demo import build_demo_cohort
 
-        scratch = tempfile.mkdtemp(prefix="mriprep-bench-conform-")
-        cohort = build_demo_cohort(Path(scratch) / "demo").root
+        with tempfile.TemporaryDirectory(prefix="mriprep-bench-conform-") as scratch:
+            rows = _demo_rows(build_demo_cohort(Path(scratch) / "demo").root)
     else:
-        cohort = Path(args.cohort)
-    rows = _demo_rows(cohort)
+        rows = _demo_rows(Path(args.cohort))
     if real_scans_folder() is None:
         print(f"(real scans not installed: demo only. {HOW_TO_GET})")
     rows += _real_rows()

@@ -54,6 +54,7 @@ from mriprep.scheduling import (
     usable_cores,
 )
 from mriprep.stages import get_stage
+from mriprep.stages.intensity import all_finite
 from mriprep.volume import Volume, jsonable
 
 # Names that lived here before reporting and scheduling got their own modules: tests
@@ -268,10 +269,7 @@ def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
             image = np.clip(np.rint(volume.data), 0, 255).astype(np.uint8)
         else:
             image = volume.data.astype(output_dtype, copy=False)
-    # NaN and +/-Inf reach the extremes: two reductions, no temporary of the grid's size.
-    with np.errstate(invalid="ignore"):  # some builds flag a NaN met by min/max
-        finite = image.size == 0 or bool(np.isfinite(image.min()) and np.isfinite(image.max()))
-    bad = 0 if finite else int(np.count_nonzero(~np.isfinite(image)))
+    bad = 0 if all_finite(image) else int(np.count_nonzero(~np.isfinite(image)))
     if bad:
         peak = float(np.nanmax(np.abs(volume.data))) if np.isfinite(volume.data).any() else np.nan
         raise StageError(

@@ -49,10 +49,9 @@ def template_brain_mask(template: str, brain_mask: str | None = None) -> np.ndar
     PipelineConfigError
         The mask's grid is not the template's, or the mask is empty.
     """
-    data = load_template(template).data
+    grid = load_template(template)
     if brain_mask:
         mask_volume = load_template(brain_mask)
-        grid = load_template(template)
         if mask_volume.shape != grid.shape or not np.allclose(
                 mask_volume.affine, grid.affine, atol=1e-3):
             raise PipelineConfigError(
@@ -66,8 +65,8 @@ def template_brain_mask(template: str, brain_mask: str | None = None) -> np.ndar
                 "mask (non-zero inside the brain)")
         return brain
     if template == "mni152":
-        return data > MNI152_BRAIN_THRESHOLD
-    head = data > HEAD_FRACTION * np.percentile(data, 99)
+        return grid.data > MNI152_BRAIN_THRESHOLD
+    head = grid.data > HEAD_FRACTION * np.percentile(grid.data, 99)
     return ndimage.binary_fill_holes(head)
 
 

@@ -151,6 +151,13 @@ def percentiles(values: np.ndarray, q, method: str = "linear") -> np.ndarray:
     return np.where(gamma >= 0.5, b - difference * (1 - gamma), a + difference * gamma)
 
 
+def all_finite(data: np.ndarray) -> bool:
+    """Whether every value of ``data`` is finite, in two reductions and no temporary:
+    NaN and +/-Inf reach the extremes (a voxel-wise mask is built only when one does)."""
+    with np.errstate(invalid="ignore"):  # some builds flag a NaN met by min/max
+        return data.size == 0 or bool(np.isfinite(data.min()) and np.isfinite(data.max()))
+
+
 def robust_threshold(values: np.ndarray) -> float:
     """Foreground threshold of a set of intensities: 10% up the 2-98 percentile range.
 

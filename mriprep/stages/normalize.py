@@ -34,7 +34,7 @@ import numpy as np
 
 from mriprep.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
-from mriprep.stages.intensity import foreground_mask, percentiles
+from mriprep.stages.intensity import all_finite, foreground_mask, percentiles
 from mriprep.volume import Volume
 
 CONFORM_MAX = 255.0
@@ -188,13 +188,11 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
         When no voxel is valid, or the image is constant (within ``eps``).
     """
     data = volume.data
-    # NaN and +/-Inf reach the extremes: two reductions settle the usual finite volume.
-    with np.errstate(invalid="ignore"):
-        all_finite = data.size == 0 or bool(np.isfinite(data.min()) and np.isfinite(data.max()))
-    finite = None if all_finite else np.isfinite(data)  # only needed when some are not
-    usable = volume.valid if all_finite else volume.valid & finite
+    finite_everywhere = all_finite(data)
+    finite = None if finite_everywhere else np.isfinite(data)  # only needed when some are not
+    usable = volume.valid if finite_everywhere else volume.valid & finite
     warnings: list[str] = []
-    n_nonfinite_valid = 0 if all_finite else int(np.count_nonzero(volume.valid & ~finite))
+    n_nonfinite_valid = 0 if finite_everywhere else int(np.count_nonzero(volume.valid & ~finite))
     if n_nonfinite_valid:
         warnings.append(
             f"{n_nonfinite_valid} valid voxel(s) were not finite and are now invalid; run "
@@ -205,7 +203,7 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
     all_usable = bool(usable.all())
     values = data.reshape(-1) if all_usable else data[usable]
     if values.size == 0:
-        levels = np.unique(data if all_finite else data[finite])
+        levels = np.unique(data if finite_everywhere else data[finite])
         if levels.size == 1:
             # A dead volume: mask_slices marked every (constant) slice invalid.
             raise _constant_error(volume, f"every finite voxel is {levels[0]:.6g}")
@@ -268,9 +266,9 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
         out = np.full(data.shape, np.float32(params.invalid_value), dtype=np.float32)
         out[usable] = _scaled(values, low, high, offset, scale)
     else:
-        source = data if all_finite else np.where(finite, data, np.float32(0.0))
+        source = data if finite_everywhere else np.where(finite, data, np.float32(0.0))
         out = _scaled(source, low, high, offset, scale)
-        if params.invalid_value is None and not all_finite:
+        if params.invalid_value is None and not finite_everywhere:
             out[~finite] = 0.0
     if params.mode == "conform":
         # float32 rounding of the scale may overshoot 255 by an ulp.

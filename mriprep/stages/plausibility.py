@@ -68,6 +68,7 @@ from mriprep.errors import PipelineConfigError, StageError
 from mriprep.registration.checks import HUMAN_HEAD_LENGTH_MM, head_length_reason, head_shape
 from mriprep.registration.pyramid import HEAD_FRACTION, build_levels
 from mriprep.stages import StageOutput, stage
+from mriprep.stages.intensity import all_finite
 from mriprep.volume import Volume
 
 # Every check of this stage, in the order its message names them.
@@ -269,7 +270,7 @@ def plausibility(volume: Volume, params: PlausibilityParams) -> StageOutput:
         Naming every broken check not listed in ``warn``, each with its value; the
         metrics travel with it.
     """
-    if not np.isfinite(volume.data).all():
+    if not all_finite(volume.data):
         raise StageError(
             "plausibility",
             "the image holds NaN or infinite voxels; run the 'sanitize' stage before "

@@ -247,7 +247,7 @@ def target_grid(
     Examples
     --------
     >>> shape, affine = target_grid(np.diag([1.0, 1.0, 3.0, 1.0]), (10, 10, 4), (1, 1, 1))
-    >>> shape, affine[2, 2], affine[2, 3]
+    >>> shape, float(affine[2, 2]), float(affine[2, 3])
     ((10, 10, 12), 1.0, -1.0)
     """
     affine = np.asarray(affine, dtype=np.float64)
@@ -857,6 +857,8 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         Non-finite image values where they would reach the output (see module doc), or
         an ``orientation`` set while a registration hands over the template's grid.
     """
+    # FreeSurfer's c_ras is a voxel of the stored grid: taken before any reordering.
+    centre = grid_centre(volume.affine, volume.shape, params.centre)
     if params.orientation is not None:
         if volume.pending is not None:
             raise StageError(
@@ -866,12 +868,8 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
                 "'orientation' from the resample step",
                 volume.name,
             )
-        # FreeSurfer's c_ras is a voxel of the stored grid: taken before reordering.
-        centre = grid_centre(volume.affine, volume.shape, params.centre)
         # Views: the output grid is written below in one pass, reordering included.
         volume = reoriented(volume, params.orientation, contiguous=False)
-    else:
-        centre = grid_centre(volume.affine, volume.shape, params.centre)
     data = _finite_data(volume, params)
     pending = volume.pending
     snap = None

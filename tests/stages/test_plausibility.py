@@ -17,6 +17,7 @@ import pytest
 from mriprep.demo.calibration import (
     ACQUISITIONS,
     crop_of,
+    expected_checks,
     noise_scan,
     plausibility_cases,
     real_head,
@@ -82,9 +83,7 @@ def test_each_built_failure_is_refused_naming_its_check_and_value(case):
                 "field_of_view": "no head"}[case.kind]
     # sanitize refuses a blank (constant) volume itself; plausibility must too.
     error = _refusal(case.build(), sanitized=case.name != "blank")
-    assert set(error.metrics["failed_checks"]) & {
-        "shear": {"shear"}, "voxel_size": {"voxel_size", "head_size"},
-        "no_head": {"no_head"}, "field_of_view": {"no_head", "head_size"}}[case.kind]
+    assert set(error.metrics["failed_checks"]) & expected_checks(case)
     assert expected in error.reason
     if case.kind == "shear":
         assert f"{error.metrics['shear_deg']:.2f} degrees" in error.reason
