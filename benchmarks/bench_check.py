@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from mriprep import check as chk
-from mriprep.integrity.tensors import block_edges
+from mriprep.check.tensors import block_edges
 from mriprep.cache import Cache, checksum_file, file_record, summary_of
 
 PIPELINE = hashlib.sha256(b"bench pipeline").hexdigest()
@@ -45,7 +45,7 @@ def build_template_cache(root: Path, entries: int) -> Path:
     """A cache of ``entries`` template-sized subjects written with ``Cache.write_entry``."""
     from scipy import ndimage
 
-    from mriprep.templates import load_mni152_tissue, load_template
+    from mriprep.inputs.templates import load_mni152_tissue, load_template
 
     template = load_template("mni152")
     tissue = load_mni152_tissue()
@@ -170,7 +170,7 @@ def synthetic_index(n: int, duplicates: int = 10, seed: int = 0) -> tuple[dict, 
     deviation and noise; each planted duplicate is a copy of another subject's fingerprint
     with a little noise, under another id.
     """
-    from mriprep.templates import load_template
+    from mriprep.inputs.templates import load_template
 
     data = load_template("mni152").data
     base = data
@@ -255,7 +255,7 @@ def build_small_cache(root: Path, n: int, side: int = 16) -> Path:
     its per-file fsync and atomic rename are skipped (they cost ~20 ms an entry and are not
     what is measured).
     """
-    from mriprep.templates import load_template
+    from mriprep.inputs.templates import load_template
 
     cache = Cache(root, create=True)
     template = load_template("mni152")
@@ -291,7 +291,7 @@ def build_small_cache(root: Path, n: int, side: int = 16) -> Path:
 
 
 def chk_jsonable(value):
-    from mriprep.volume import jsonable
+    from mriprep.core.volume import jsonable
 
     return jsonable(value)
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from mriprep.registration.ants_backend import ITK_THREADS_VARIABLE
+from mriprep.stages.registration.ants_backend import ITK_THREADS_VARIABLE
 
 ANCHORS = ("ANTs Rigid", "Greedy")
 MRIPREP = "mriprep"
@@ -65,7 +65,7 @@ CAUGHT_BY = {
 def detect(cases, threads: int) -> list[dict[str, Any]]:
     """Every case through the register stage; one row each."""
     from mriprep.demo.calibration import preprocessed
-    from mriprep.errors import StageError
+    from mriprep.core.errors import StageError
     from mriprep.stages import get_stage
     from mriprep.stages.register import RegisterParams
 
@@ -129,7 +129,7 @@ def measure_ranges(rows) -> list[dict[str, Any]]:
 def anchors(cases, rows, threads: int) -> list[dict[str, Any]]:
     """ANTs Rigid and Greedy on the good scans of the anchor anatomies, timed."""
     from mriprep.demo.calibration import preprocessed
-    from mriprep.templates import load_template
+    from mriprep.inputs.templates import load_template
 
     template = load_template("mni152")
     by_name = {r["case"]: r for r in rows}
@@ -152,7 +152,7 @@ def _ants_rigid(volume, template, threads: int) -> np.ndarray:
     """ANTsPy's registration, type_of_transform="Rigid", defaults; template_to_subject."""
     import ants
 
-    from mriprep.registration.geometry import ants_image, matrix_from_ants
+    from mriprep.stages.registration.geometry import ants_image, matrix_from_ants
 
     result = ants.registration(ants_image(template.data, template.affine),
                                ants_image(volume.data, volume.affine),
@@ -176,8 +176,8 @@ def _greedy(volume, template, threads: int) -> np.ndarray:
 
     from picsl_greedy import Greedy3D
 
-    from mriprep.registration.ants_backend import captured_stdout
-    from mriprep.registration.geometry import sitk_image
+    from mriprep.stages.registration.ants_backend import captured_stdout
+    from mriprep.stages.registration.geometry import sitk_image
 
     greedy = Greedy3D()
     with tempfile.TemporaryDirectory(prefix="mriprep-greedy-") as folder, \
@@ -195,8 +195,8 @@ def accuracy(rows) -> list[dict[str, Any]]:
     """TRE of every non-reference good scan: consistency with its anatomy's reference
     scan and, where known, against the truth. ``rows`` carry ``method`` (default
     mriprep), ``estimate``, ``pose``, ``truth``."""
-    from mriprep.registration.geometry import target_registration_error
-    from mriprep.registration.template import template_brain_points
+    from mriprep.stages.registration.geometry import target_registration_error
+    from mriprep.stages.registration.template import template_brain_points
 
     points = template_brain_points("mni152", step=4)
     reference = {(r.get("method", MRIPREP), r["anatomy"]): r for r in rows

@@ -47,16 +47,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mriprep.cache import Cache  # noqa: E402
-from mriprep.errors import MriprepError  # noqa: E402
-from mriprep.pipeline import Pipeline, load_pipeline  # noqa: E402
-from mriprep.runner import (  # noqa: E402
+from mriprep.core.errors import MriprepError  # noqa: E402
+from mriprep.pipelines import Pipeline, load_pipeline  # noqa: E402
+from mriprep.run.cohort import (  # noqa: E402
     SubjectTask,
     process_subject,
     run_cohort,
     run_stages,
     tasks_from_manifest,
 )
-from mriprep.scheduling import configure_worker  # noqa: E402
+from mriprep.run.scheduling import configure_worker  # noqa: E402
 
 from benchmarks.monai_baseline import MonaiProcess, monai_seconds  # noqa: E402
 
@@ -136,7 +136,7 @@ def _scaling_run(tasks, pipeline, work_dir: Path, n: int) -> dict[str, Any]:
 
 def direct_loop_seconds(tasks: list[SubjectTask], pipeline: Pipeline) -> float:
     """Load + every stage for each subject in a plain loop, no dask, no cache."""
-    from mriprep.io import load_volume
+    from mriprep.inputs.io import load_volume
 
     start = time.perf_counter()
     for task in tasks:

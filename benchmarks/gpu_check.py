@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_loader import build_bench_cache  # noqa: E402
 
 from mriprep.cache import Cache  # noqa: E402
-from mriprep.data import MRIDataset, make_dataloader, to_device  # noqa: E402
+from mriprep.training import MRIDataset, make_dataloader, to_device  # noqa: E402
 
 
 def expected_sums(cache_dir: Path) -> dict[str, tuple[float, int]]:

@@ -13,7 +13,7 @@ __all__ = ["MRIDataset", "make_dataloader", "__version__"]
 def __getattr__(name):
     # Lazy so that `import mriprep` (and the CLI) does not import torch.
     if name in ("MRIDataset", "make_dataloader"):
-        from mriprep import data
+        from mriprep import training as data
 
         return getattr(data, name)
     raise AttributeError(f"module 'mriprep' has no attribute {name!r}")

@@ -51,9 +51,9 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import xxhash
 
-from mriprep.atomic import fsync_dir, write_text
-from mriprep.errors import CacheError
-from mriprep.volume import jsonable
+from mriprep.core.atomic import fsync_dir, write_text
+from mriprep.core.errors import CacheError
+from mriprep.core.volume import jsonable
 
 FORMAT_NAME = "mriprep-cache"
 FORMAT_VERSION = 1
@@ -112,7 +112,7 @@ def drop_written_pages(fd: int) -> None:
     A cache entry is written once and read at training time, usually long after or on
     another machine: its pages are not worth keeping here. Kept, they also made every
     entry cost fresh memory. A worker keeps its own freed memory for the next subject
-    (see ``mriprep.scheduling``), so the page cache grew out of memory the kernel had
+    (see ``mriprep.run.scheduling``), so the page cache grew out of memory the kernel had
     not touched for a while, and on the CI VM each such page cost 7 us (the hypervisor
     hands it back): 0.1 s to write a 60 MB entry. The next entry now reuses the dropped
     pages: 0.015 s. Only clean pages can be dropped, so this follows the fsync. Without

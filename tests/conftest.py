@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from mriprep.runner import RunResult
+    from mriprep.run.cohort import RunResult
 
 # Heavy libraries get one thread each: the CI machine has two cores and the tests must
 # stay deterministic whatever the machine.
@@ -44,8 +44,8 @@ def demo_cache(demo_cohort, tmp_path_factory) -> DemoCache:
     the cache. The run takes about 60 s, so the whole session shares it: tests only read
     it, and a test that changes a cache changes a clone (``tests/cache_clone.py``).
     """
-    from mriprep.pipeline import load_pipeline
-    from mriprep.runner import run_cohort, tasks_from_manifest
+    from mriprep.pipelines import load_pipeline
+    from mriprep.run.cohort import run_cohort, tasks_from_manifest
 
     root = tmp_path_factory.mktemp("demo_cache") / "cache"
     run = run_cohort(

@@ -19,8 +19,8 @@ from mriprep.cache import (
     npy_checksum,
     sha256_file,
 )
-from mriprep.errors import CacheError
-from mriprep.templates import load_template
+from mriprep.core.errors import CacheError
+from mriprep.inputs.templates import load_template
 
 
 @pytest.fixture(scope="module")

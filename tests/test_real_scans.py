@@ -16,9 +16,9 @@ from mriprep.demo.calibration import ACQUISITIONS, preprocessed, real_head
 from mriprep.demo.real_scans import HOW_TO_GET, real_scans_folder
 from mriprep.demo.scanner import Acquisition, acquire
 from mriprep.demo.verify import CONSISTENCY_MAX_LIMIT_MM, CONSISTENCY_MEAN_LIMIT_MM
-from mriprep.errors import StageError
-from mriprep.registration.geometry import rigid_matrix, target_registration_error
-from mriprep.registration.template import template_brain_points
+from mriprep.core.errors import StageError
+from mriprep.stages.registration.geometry import rigid_matrix, target_registration_error
+from mriprep.stages.registration.template import template_brain_points
 from mriprep.stages import get_stage
 
 pytestmark = pytest.mark.skipif(real_scans_folder() is None,
@@ -79,8 +79,8 @@ def test_shipped_pipelines_cache_the_real_scans_and_refuse_the_macaque(tmp_path,
     cached (the first build cached none), the macaque refused by the plausibility check
     before any work, with its measures kept in the report."""
     from mriprep.demo.real_scans import real_scan
-    from mriprep.pipeline import load_pipeline
-    from mriprep.runner import run_cohort, tasks_from_manifest
+    from mriprep.pipelines import load_pipeline
+    from mriprep.run.cohort import run_cohort, tasks_from_manifest
 
     manifest = tmp_path / "real.csv"
     names = ["colin27", "colin27_brain", "colin27_05mm", "macaque"]

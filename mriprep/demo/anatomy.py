@@ -87,8 +87,8 @@ class _Template:
 
 @functools.lru_cache(maxsize=1)
 def _template_on_canvas() -> _Template:
-    from mriprep.registration.template import template_brain_mask
-    from mriprep.templates import load_mni152_tissue, load_template
+    from mriprep.stages.registration.template import template_brain_mask
+    from mriprep.inputs.templates import load_mni152_tissue, load_template
 
     template = load_template("mni152")
     tissue = load_mni152_tissue()

@@ -39,7 +39,7 @@ from nibabel.affines import voxel_sizes
 from mriprep.demo.anatomy import Anatomy, real_anatomy, synthetic_person
 from mriprep.demo.real_scans import real_scan
 from mriprep.demo.scanner import Acquisition, Scan, acquire, random_pose
-from mriprep.registration.geometry import rigid_matrix
+from mriprep.stages.registration.geometry import rigid_matrix
 
 # What each kind of case must end as; a refusal must name one of these causes.
 EXPECTED_CAUSES: dict[str, frozenset[str]] = {
@@ -314,7 +314,7 @@ def preprocessed(scan: Scan, name: str = ""):
     """A scan as the default pipeline hands it to registration: a Volume after
     reorient, sanitize and mask_slices (in memory, no file)."""
     from mriprep.stages import get_stage
-    from mriprep.volume import Volume
+    from mriprep.core.volume import Volume
 
     volume = Volume.from_array(scan.data, scan.affine, subject_id=name)
     for stage in ("reorient", "sanitize", "mask_slices"):

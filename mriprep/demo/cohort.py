@@ -105,7 +105,7 @@ _CLEAN_ACQUISITIONS = [_ISO, _AX3, _AX5_OBLIQUE, _COR3, _SAG3_VERTEX]
 DEFAULT_SUBJECTS = len(_RECIPES)
 
 # Defects that make a scan unservable, and the refusals that name them correctly, as
-# "stage.cause": the register stage's causes (mriprep.registration.checks) or the
+# "stage.cause": the register stage's causes (mriprep.stages.registration.checks) or the
 # plausibility stage's checks (mriprep.stages.plausibility), which a slab meets first.
 _FAILING: dict[str, tuple[str, ...]] = {
     "dead_volume": (),

@@ -20,7 +20,7 @@ from nibabel.affines import apply_affine, voxel_sizes
 from scipy import ndimage
 
 from mriprep.demo.anatomy import Anatomy
-from mriprep.registration.geometry import rigid_matrix
+from mriprep.stages.registration.geometry import rigid_matrix
 
 Slicing = Literal["axial", "coronal", "sagittal"]
 # Voxel axes (i, j, k) of each slicing as world axes; k is the slice axis, as scanners

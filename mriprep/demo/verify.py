@@ -27,8 +27,8 @@ from typing import Any, Iterable
 import nibabel as nib
 import numpy as np
 
-from mriprep.registration.geometry import target_registration_error
-from mriprep.registration.template import template_brain_points
+from mriprep.stages.registration.geometry import target_registration_error
+from mriprep.stages.registration.template import template_brain_points
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Against the known rigid truth of a synthetic person (the least-squares rigid part of
@@ -81,7 +81,7 @@ def verify_demo_run(
     brain_points
         Points for the registration error (default: every ``BRAIN_POINT_STEP``-th
         brain voxel of the MNI152 template, see
-        :func:`~mriprep.registration.template.template_brain_points`).
+        :func:`~mriprep.stages.registration.template.template_brain_points`).
     """
     by_scan = {(r["subject_id"], r.get("session_id") or ""): r for r in results}
     verdicts: list[Verdict] = []

@@ -6,9 +6,9 @@ and defaults are the schema the pipeline loader validates against) and a functio
 ``(Volume, Params) -> StageOutput``. The :class:`Stage` wrapper does the plumbing once for
 all of them: timing, strict float error settings, and the provenance record.
 
-Stages never read or write files; only ``mriprep.io``, ``mriprep.cache``, the runner and
+Stages never read or write files; only ``mriprep.inputs.io``, ``mriprep.cache``, the runner and
 the CLI touch disk (the one exception is the read-only, per-process cached template in
-``mriprep.templates``).
+``mriprep.inputs.templates``).
 
 Parameter fields may only use these types, so that YAML can express them and the loader
 can check them: ``bool``, ``int``, ``float``, ``str``, ``typing.Literal[...]`` of strings,
@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mriprep.volume import StageRecord, Volume
+from mriprep.core.volume import StageRecord, Volume
 
 # Stage name -> module that defines it. Modules are imported on first use so that a
 # process which only reads the cache never imports ANTs or SimpleITK.

@@ -56,10 +56,10 @@ import numpy as np
 from nibabel import orientations
 from scipy import ndimage
 
-from mriprep.errors import PipelineConfigError
+from mriprep.core.errors import PipelineConfigError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import foreground_mask, robust_threshold
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 # Voxels where the two neighbours differ by more than this (log-ratio, ~10%) are left out
 # of the artifact score: there the anatomy changes too fast for the neighbours' average

@@ -32,10 +32,10 @@ from typing import Literal
 
 import numpy as np
 
-from mriprep.errors import PipelineConfigError, StageError
+from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite, foreground_mask, percentiles
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 CONFORM_MAX = 255.0
 # FastSurfer's histogram: 1000 bins, all but 0.1% of the non-zero voxels below the cut.

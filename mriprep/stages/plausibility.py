@@ -24,7 +24,7 @@ grid the head covers, needs the output, and lives in the validate stage
     a tenth of the bright end (a head scan always has air around the head).
 ``head_size``
     The length of the head or brain (its largest principal extent, measured as the
-    register stage measures it: :func:`mriprep.registration.checks.head_shape` on an
+    register stage measures it: :func:`mriprep.stages.registration.checks.head_shape` on an
     8 mm level) against the human range, and its smallest extent (a slab or a crop is
     thin in one direction).
 
@@ -64,12 +64,12 @@ import numpy as np
 from nibabel.affines import voxel_sizes
 from scipy import ndimage
 
-from mriprep.errors import PipelineConfigError, StageError
-from mriprep.registration.checks import HUMAN_HEAD_LENGTH_MM, head_length_reason, head_shape
-from mriprep.registration.pyramid import HEAD_FRACTION, build_levels
+from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.stages.registration.checks import HUMAN_HEAD_LENGTH_MM, head_length_reason, head_shape
+from mriprep.stages.registration.pyramid import HEAD_FRACTION, build_levels
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 # Every check of this stage, in the order its message names them.
 CHECKS = ("voxel_size", "shear", "no_head", "head_size")

@@ -80,11 +80,11 @@ every real T1 at 0.7 and cached a 90-degree header error at 0). So:
 
 1. Before registering, a **global search**: the template brain, in each of the 24 axis
    orientations, slides over the subject's 8 mm level (masked normalised
-   cross-correlation by FFT, :mod:`mriprep.registration.search`); the best candidates
+   cross-correlation by FFT, :mod:`mriprep.stages.registration.search`); the best candidates
    are refined by 15 and 30 degree tilts and ranked by a short mutual-information
    registration. The local optimiser starts from the winner, so a scan whose header is
    wrong still registers, and the rotation it needed names the header error.
-2. After registering, :func:`~mriprep.registration.checks.diagnose` asks, in order
+2. After registering, :func:`~mriprep.stages.registration.checks.diagnose` asks, in order
    (the first that fails names the cause):
 
 =====================  ==================  ================  ========================
@@ -117,9 +117,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from mriprep.errors import PipelineConfigError, StageError
-from mriprep.registration.ants_backend import register_ants
-from mriprep.registration.geometry import (
+from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.stages.registration.ants_backend import register_ants
+from mriprep.stages.registration.geometry import (
     RAS_TO_LPS,
     euler_from_matrix,
     matrix_from_sitk,
@@ -127,22 +127,22 @@ from mriprep.registration.geometry import (
     target_registration_error,
     to_sitk_transform,
 )
-from mriprep.registration.checks import (
+from mriprep.stages.registration.checks import (
     HUMAN_HEAD_LENGTH_MM,
     Limits,
     diagnose,
     head_shape,
     similarity_and_overlap,
 )
-from mriprep.registration.pyramid import build_levels, centre_of_mass, flattened
-from mriprep.registration.search import (
+from mriprep.stages.registration.pyramid import build_levels, centre_of_mass, flattened
+from mriprep.stages.registration.search import (
     SubjectSearch,
     orientation_index,
     rotation_angle_deg,
     search_poses,
 )
-from mriprep.registration.sitk_backend import rank_starts, register_sitk
-from mriprep.registration.template import (
+from mriprep.stages.registration.sitk_backend import rank_starts, register_sitk
+from mriprep.stages.registration.template import (
     search_reach,
     template_brain_points,
     template_pyramid,
@@ -150,7 +150,7 @@ from mriprep.registration.template import (
     template_tilted_windows,
 )
 from mriprep.stages import StageOutput, stage
-from mriprep.volume import PendingTransform, Volume
+from mriprep.core.volume import PendingTransform, Volume
 
 __all__ = [
     "RegisterParams",
@@ -158,7 +158,7 @@ __all__ = [
     "prepare_template",
     "register",
     "register_volume",
-    # Re-exported from mriprep.registration for the runner and older callers.
+    # Re-exported from mriprep.stages.registration for the runner and older callers.
     "matrix_from_sitk",
     "target_registration_error",
     "template_brain_points",
@@ -184,7 +184,7 @@ class RegisterParams:
         The template's brain mask (an image on the template's grid, non-zero inside the
         brain), given with a user template; relative paths are relative to the pipeline
         file. None derives it: nilearn's mask for MNI152, the bright filled head for a
-        user template (see :func:`mriprep.registration.template.template_brain_mask`).
+        user template (see :func:`mriprep.stages.registration.template.template_brain_mask`).
     threads : int
         ITK threads for the registration. With 1, results are bit-identical from run to
         run; with more they agree to ~1e-15 relative (see the module notes).
@@ -207,7 +207,7 @@ class RegisterParams:
         Dilation of the template brain mask used as the fixed metric mask.
     search_spacing_mm : float
         Voxel size of the global search over the 24 axis-aligned orientations and all
-        positions (see :mod:`mriprep.registration.search`); 0 skips it and starts from
+        positions (see :mod:`mriprep.stages.registration.search`); 0 skips it and starts from
         aligned centres of mass.
     search_candidates : int
         The best orientations of the search that a short registration on the coarsest
@@ -393,7 +393,7 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
     registration on the coarsest level from each of the best ``search_candidates``,
     ranked by mutual information; the backend's registration from the best; the
     post-checks' similarity, overlap and rotation. Nothing is judged here:
-    :func:`~mriprep.registration.checks.diagnose` does that on the result's measures.
+    :func:`~mriprep.stages.registration.checks.diagnose` does that on the result's measures.
 
     Parameters
     ----------
@@ -535,10 +535,10 @@ def register(volume: Volume, params: RegisterParams) -> StageOutput:
     ------
     StageError
         Non-finite input, or a registration that fails its checks (see
-        :mod:`mriprep.registration.checks`); the error carries the stage's metrics, with
+        :mod:`mriprep.stages.registration.checks`); the error carries the stage's metrics, with
         the cause in ``failure``.
     """
-    from mriprep.templates import load_template
+    from mriprep.inputs.templates import load_template
 
     result = register_volume(volume, params)
     measures = {**result.details, "similarity": result.similarity, "overlap": result.overlap,

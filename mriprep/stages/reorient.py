@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 from nibabel import orientations
 
-from mriprep.errors import PipelineConfigError
+from mriprep.core.errors import PipelineConfigError
 from mriprep.stages import StageOutput, stage
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 _AXIS_CODES = ({"R", "L"}, {"A", "P"}, {"S", "I"})
 

@@ -98,11 +98,11 @@ import nibabel as nib
 import numpy as np
 from scipy import ndimage
 
-from mriprep.errors import PipelineConfigError, StageError
+from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import label_values
 from mriprep.stages.reorient import axis_codes, orientation_codes, reoriented
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 # Positions within this distance (voxels) of the outermost voxel centres are inside the
 # field of view: matrix products leave ~1e-13 of round-off on exact grid positions.

@@ -24,10 +24,10 @@ from typing import Literal
 import numpy as np
 from scipy import ndimage
 
-from mriprep.errors import PipelineConfigError, StageError
+from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import foreground_mask, percentiles
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 

@@ -21,11 +21,11 @@ from typing import Literal
 
 import numpy as np
 
-from mriprep.errors import PipelineConfigError, StageError
+from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite, foreground_mask, label_values
 from mriprep.stages.plausibility import shear_deg
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
@@ -109,7 +109,7 @@ def _expected_grid(volume: Volume, params: ValidateParams):
     template = registered.params.get("template") if registered is not None else None
     if not template:
         return None, None, ""
-    from mriprep.templates import load_template
+    from mriprep.inputs.templates import load_template
 
     grid = load_template(str(template))
     return grid.shape, grid.spacing, f" (the grid of registration template {template!r})"

@@ -13,7 +13,7 @@ import pytest
 from mriprep.demo.calibration import person
 from mriprep.demo.scanner import Acquisition, acquire, random_pose
 from mriprep.stages import get_stage
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 # The person every stage test scans; calibration uses other seeds.
 TEST_PERSON = 41

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mriprep.errors import PipelineConfigError
+from mriprep.core.errors import PipelineConfigError
 from mriprep.stages import get_stage
 from mriprep.stages import mask_slices as mask_slices_module
 from mriprep.stages.intensity import robust_threshold
 from mriprep.stages.mask_slices import MaskSlicesParams, artifact_axes, mask_slices
 from mriprep.stages.sanitize import sanitize
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_slices.py"
 

@@ -25,19 +25,19 @@ from mriprep.demo.verify import (
     TRUTH_MAX_LIMIT_MM,
     TRUTH_MEAN_LIMIT_MM,
 )
-from mriprep.errors import PipelineConfigError, StageError
-from mriprep.registration.geometry import (
+from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.stages.registration.geometry import (
     RAS_TO_LPS,
     matrix_from_sitk,
     target_registration_error,
     to_sitk_transform,
 )
-from mriprep.registration.geometry import rigid_matrix as rigid
-from mriprep.registration.template import template_brain_points
+from mriprep.stages.registration.geometry import rigid_matrix as rigid
+from mriprep.stages.registration.template import template_brain_points
 from mriprep.stages import get_stage
 from mriprep.stages.register import RegisterParams, register_volume
-from mriprep.templates import load_template
-from mriprep.volume import Volume
+from mriprep.inputs.templates import load_template
+from mriprep.core.volume import Volume
 
 from .conftest import TEST_PERSON
 
@@ -285,7 +285,7 @@ def test_the_ants_backend_lands_on_the_truth_on_the_demo_grids(demo_cohort, brai
     """The sitk backend is scored on every demo scan by the demo run's referee
     (tests/test_demo_verify.py); the ants backend here on the grids that differ most:
     thick coronal, oblique 5 mm axial, 5 mm coronal stored backwards, sagittal."""
-    from mriprep.io import load_volume
+    from mriprep.inputs.io import load_volume
 
     errors = {}
     for name in ("sub-04", "sub-06", "sub-08", "sub-12"):

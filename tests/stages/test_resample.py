@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from mriprep.errors import PipelineConfigError, StageError
+from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.stages import get_stage
 from mriprep.stages.resample import _axis_aligned, target_grid
-from mriprep.templates import load_mni152_tissue, load_template
-from mriprep.registration.geometry import rigid_matrix as rotation
-from mriprep.volume import PendingTransform, Volume
+from mriprep.inputs.templates import load_mni152_tissue, load_template
+from mriprep.stages.registration.geometry import rigid_matrix as rotation
+from mriprep.core.volume import PendingTransform, Volume
 
 
 def world_of(shape, affine) -> np.ndarray:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mriprep.errors import PipelineConfigError, StageError
-from mriprep.io import load_volume
+from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.inputs.io import load_volume
 from mriprep.stages import get_stage
 from mriprep.stages.sanitize import (
     FLOAT16_MAX,
@@ -23,7 +23,7 @@ from mriprep.stages.sanitize import (
     robust_limits,
     sanitize,
 )
-from mriprep.volume import Volume
+from mriprep.core.volume import Volume
 
 STRATEGIES = ("zero", "mean", "median", "local")
 

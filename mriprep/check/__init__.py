@@ -1,0 +1,18 @@
+"""Check phase: prove a cache (and its splits) sound before training (``mriprep check``).
+
+One job per module; :func:`check_cache` runs them in order:
+
+* :mod:`~mriprep.check.cache_check`: the orchestration, :func:`check_cache`;
+* :mod:`~mriprep.check.tensors`: one pass over one ``.npy`` file;
+* :mod:`~mriprep.check.entries`: the tensor pass over every cache entry;
+* :mod:`~mriprep.check.index`: pure checks of the index entries;
+* :mod:`~mriprep.check.labels`: label values against the allowed set;
+* :mod:`~mriprep.check.manifest`: the cache against the manifest and the run report;
+* :mod:`~mriprep.check.report`: the report model, how messages name entries, and its
+  text rendering.
+"""
+
+from mriprep.check.cache_check import check_cache
+from mriprep.check.report import CheckReport
+
+__all__ = ["CheckReport", "check_cache"]

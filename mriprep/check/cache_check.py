@@ -1,0 +1,156 @@
+"""Integrity checks of a tensor cache before training (``mriprep check``).
+
+:func:`check_cache` proves that a cache is safe to train on, or lists every reason it is
+not, all at once. It runs the checks of :mod:`mriprep.check` in order; each problem is
+a :class:`Finding` with a stable ``code``:
+
+Tensor pass (:mod:`mriprep.check.entries`: every file read once, in chunks)
+    ``file-missing``, ``file-size``, ``tensor-unreadable``, ``tensor-layout``,
+    ``dtype-mismatch``, ``shape-mismatch``, ``checksum-mismatch``, ``non-finite``,
+    ``extreme-values`` (beyond float16 range: mixed-precision training overflows),
+    ``meta-missing``, ``meta-mismatch``.
+Label values (:mod:`mriprep.check.labels`)
+    ``label-values``, ``labels-unchecked`` (warning).
+Index checks (pure, on the index summaries; :mod:`mriprep.check.index`)
+    ``index-unreadable``, ``empty-cache``, ``index-malformed``, ``geometry``,
+    ``pipeline-mismatch``, ``split-missing``, ``subject-split-leak``, ``duplicate-input``,
+    ``duplicate-tensor``, ``duplicate-session`` (warning), ``near-duplicate`` (warning),
+    ``grid-mismatch`` (warning).
+Manifest checks (with ``manifest=``; :mod:`mriprep.check.manifest`)
+    ``manifest-missing``, ``manifest-failed``, ``manifest-split-mismatch``,
+    ``manifest-excluded`` (warning), ``not-in-manifest`` (warning).
+
+Errors make :attr:`CheckReport.ok` false; warnings are reported but do not fail the gate.
+
+Near-duplicates are found on fingerprints made during the tensor pass: the 8x8x8 block
+means of each image, centred on the cohort's mean fingerprint and compared by correlation
+(see :func:`mriprep.splits.find_near_duplicates`: every pair up to
+:data:`~mriprep.splits.EXACT_SEARCH_MAX` entries, random-hyperplane LSH above, so that
+10,000 entries are not 50 million comparisons). At least 3 entries are needed.
+
+The split-leak checks themselves (unassigned scans, subjects in two splits, identical
+content) live in :mod:`mriprep.splits`, shared with ``mriprep splits``, which runs them on
+a manifest before any preprocessing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from mriprep.cache import Cache
+from mriprep.core.errors import CacheError
+from mriprep.check.entries import scan_entries
+from mriprep.check.index import check_geometry, check_index, well_formed_entries
+from mriprep.check.labels import check_labels
+from mriprep.check.manifest import (
+    check_against_manifest,
+    manifest_name,
+    manifest_rows,
+    read_run_report,
+)
+from mriprep.check.report import CheckReport, by_label, summarise_splits
+from mriprep.splits import NEAR_DUPLICATE_THRESHOLD, Finding
+
+
+def check_cache(
+    cache_dir: str | os.PathLike,
+    manifest: Any = None,
+    *,
+    allowed_labels: Iterable[int] | None = None,
+    near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
+    near_duplicate_method: str = "auto",
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    exclusions: Iterable[str] = (),
+) -> CheckReport:
+    """Check a cache for everything that would make training fail or mislead.
+
+    Parameters
+    ----------
+    cache_dir : path-like
+        The cache folder (as written by ``mriprep run``).
+    manifest : path-like or Manifest, optional
+        Check that every manifest row is cached, or listed as failed (with its reason) in
+        the run report ``CACHE/reports/latest.json``, and in the manifest's split.
+    allowed_labels : iterable of int, optional
+        Allowed label values; overrides the set recorded with each entry.
+    near_duplicate_threshold : float
+        Correlation of centred fingerprints from which two subjects' images are reported
+        as near-duplicates (warnings).
+    near_duplicate_method : {"auto", "exact", "lsh"}
+        See :func:`find_near_duplicates`.
+    workers : int, optional
+        Threads reading tensors (default: up to 4, at most the CPU count).
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each entry's tensors are read.
+    exclusions : iterable of str
+        Manifest rows known not to be cached (``sub-01``, or ``sub-01/ses-2``): reported
+        as a warning; every other failed or missing row is an error.
+
+    Returns
+    -------
+    CheckReport
+        All findings and the per-split summaries; ``report.ok`` is the verdict.
+
+    Raises
+    ------
+    CacheError
+        When ``cache_dir`` is not a folder or not an mriprep cache (a usage error, not a
+        finding).
+    """
+    started = time.perf_counter()
+    root = Path(cache_dir)
+    if not root.is_dir():
+        raise CacheError(
+            f"cache folder {root} does not exist; pass the folder given to `mriprep run -o`"
+        )
+    cache = Cache(root)
+    report = CheckReport(cache=str(root))
+    # A manifest that cannot be read fails the command before the (long) tensor pass.
+    rows = manifest_rows(manifest) if manifest is not None else None
+    try:
+        raw_index = cache.read_index()
+    except CacheError as exc:
+        report.findings.append(Finding("error", "index-unreadable", str(exc)))
+        report.seconds = time.perf_counter() - started
+        return report
+    report.entries = len(raw_index)
+    if not raw_index:
+        report.findings.append(
+            Finding(
+                "error", "empty-cache", f"{root} has no indexed entries; run `mriprep run` first"
+            )
+        )
+    index, malformed = well_formed_entries(raw_index)
+    report.findings += malformed
+    for key, summary in sorted(index.items()):
+        report.findings += check_geometry(key, summary)
+
+    read_start = time.perf_counter()
+    scans = scan_entries(cache, index, workers, progress)
+    report.read_seconds = time.perf_counter() - read_start
+    for key in by_label(index, scans):
+        report.findings += scans[key].findings
+        report.bytes_read += scans[key].bytes_read
+
+    fingerprints = {k: s.fingerprint for k, s in scans.items() if s.fingerprint is not None}
+    report.findings += check_index(
+        index,
+        fingerprints,
+        near_duplicate_threshold,
+        near_duplicate_method,
+        report.near_duplicate_search,
+    )
+    report.findings += check_labels(index, scans, allowed_labels)
+    report.splits = summarise_splits(index, scans)
+    report.pipeline_hashes = dict(Counter(s["pipeline_hash"] for s in index.values()))
+    if rows is not None:
+        report.findings += check_against_manifest(
+            index, rows, read_run_report(root), manifest_name(manifest), tuple(exclusions)
+        )
+    report.seconds = time.perf_counter() - started
+    return report

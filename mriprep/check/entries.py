@@ -1,0 +1,185 @@
+"""The tensor pass over cache entries: every file of every entry read once (in threads)
+and compared with the entry's index record and its ``meta.json`` sidecar."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from mriprep.cache import Cache
+from mriprep.check.report import entry_label
+from mriprep.check.tensors import CHUNK_BYTES, checksum_whole_file, scan_tensor_file
+from mriprep.splits import Finding
+
+
+@dataclass
+class EntryScan:
+    """The tensor pass over one entry: its findings and what its tensors contain."""
+
+    key: str
+    findings: list[Finding] = field(default_factory=list)
+    bytes_read: int = 0
+    fingerprint: np.ndarray | None = None
+    voxels: int = 0
+    valid_voxels: int | None = None
+    label_counts: dict[int, int] | None = None
+    meta: dict[str, Any] | None = None
+
+
+_META_FIELDS = (
+    "subject_id",
+    "session_id",
+    "pipeline_hash",
+    "shape",
+    "spacing",
+    "affine",
+    "files",
+    "extra_files",
+)
+
+
+def scan_entry(
+    cache: Cache, key: str, summary: dict[str, Any], buffer: bytearray | None = None
+) -> EntryScan:
+    """Read every file of one index entry once and compare it with the index.
+
+    Also compares the sidecar ``meta.json`` with the index summary: an index edited by
+    hand (a checksum "fixed" after a file was changed) no longer matches its sidecar.
+    """
+    result = EntryScan(key)
+    name = entry_label(summary, key)
+    subject = (summary.get("subject_id", "?"),)
+
+    def report(code: str, message: str) -> None:
+        result.findings.append(Finding("error", code, f"{name}: {message}", (key,), subject))
+
+    meta_path = cache.entry_dir(key) / "meta.json"
+    try:
+        result.meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        report("meta-missing", f"meta.json is missing ({meta_path}); the entry is incomplete")
+    except (OSError, ValueError) as exc:
+        report("meta-missing", f"meta.json cannot be read ({exc}); the entry is corrupt")
+    if result.meta is not None:
+        differing = [
+            f for f in _META_FIELDS if f in summary and result.meta.get(f) != summary.get(f)
+        ]
+        if result.meta.get("key", key) != key:
+            differing.insert(0, "key")
+        if differing:
+            report(
+                "meta-mismatch",
+                f"meta.json and index.json disagree on {', '.join(differing)}; the index or "
+                "the entry was edited after writing: rebuild it with `mriprep run --force`",
+            )
+    for kind, info in summary["files"].items():
+        path = cache.entry_dir(key) / info.get("file", f"{kind}.npy")
+        scan = scan_tensor_file(path, kind, buffer)
+        result.bytes_read += scan.bytes_read
+        for code, detail in scan.problems:
+            report(code, f"{path.name} {detail}")
+        if scan.checksum is None:
+            continue  # missing: nothing more to compare
+        if "file-size" not in {c for c, _ in scan.problems} and scan.bytes_read != info.get(
+            "bytes"
+        ):
+            report(
+                "file-size",
+                f"{path.name} is {scan.bytes_read} bytes, the index records {info.get('bytes')}",
+            )
+        if scan.checksum != info.get("xxh3_128"):
+            report(
+                "checksum-mismatch",
+                f"{path.name} checksum {scan.checksum} differs from the index's "
+                f"{info.get('xxh3_128')}: the file changed on disk (bit rot, a partial copy "
+                "or an edit); rebuild the entry with `mriprep run --force`",
+            )
+        if scan.shape is None:
+            continue  # unreadable: already reported
+        if scan.dtype != info.get("dtype"):
+            report(
+                "dtype-mismatch",
+                f"{path.name} is {scan.dtype}, the index records {info.get('dtype')}",
+            )
+        if list(scan.shape) != list(info.get("shape", [])):
+            report(
+                "shape-mismatch",
+                f"{path.name} has shape {list(scan.shape)}, the index records {info.get('shape')}",
+            )
+        if kind == "image":
+            result.fingerprint = scan.fingerprint
+            result.voxels = math.prod(scan.shape)
+        elif kind == "valid":
+            result.valid_voxels = scan.nonzero
+        elif kind == "label":
+            result.label_counts = scan.value_counts
+    for file_name, info in (summary.get("extra_files") or {}).items():
+        path = cache.entry_dir(key) / info.get("file", file_name)
+        if not path.is_file():
+            report("file-missing", f"{path.name} is missing ({path})")
+            continue
+        checksum, size = checksum_whole_file(path, buffer)
+        result.bytes_read += size
+        if checksum != info.get("xxh3_128") or size != info.get("bytes"):
+            report(
+                "checksum-mismatch",
+                f"{path.name} ({size} bytes, xxh3 {checksum}) differs from the index's record "
+                f"({info.get('bytes')} bytes, xxh3 {info.get('xxh3_128')}); rebuild the "
+                "entry with `mriprep run --force`",
+            )
+    return result
+
+def scan_entries(
+    cache: Cache,
+    index: dict[str, dict[str, Any]],
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, EntryScan]:
+    """:func:`scan_entry` on every entry of ``index``, in ``workers`` threads.
+
+    Parameters
+    ----------
+    cache : Cache
+        The cache the entries live in.
+    index : dict
+        Cache key -> index summary, already known to be well formed.
+    workers : int, optional
+        Reader threads (default: up to 4, at most the CPU count); each reuses one buffer.
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each entry.
+
+    Returns
+    -------
+    dict
+        Cache key -> :class:`EntryScan`.
+    """
+    workers = workers or min(4, os.cpu_count() or 1)
+    local = threading.local()
+
+    def scan(key: str) -> EntryScan:
+        if not hasattr(local, "buffer"):
+            local.buffer = bytearray(CHUNK_BYTES)
+        return scan_entry(cache, key, index[key], local.buffer)
+
+    keys = sorted(index)
+    scans: dict[str, EntryScan] = {}
+    if workers <= 1:
+        for done, key in enumerate(keys, 1):
+            scans[key] = scan(key)
+            if progress:
+                progress(done, len(keys))
+        return scans
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="mriprep-check") as pool:
+        futures = {pool.submit(scan, key): key for key in keys}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            scans[futures[future]] = future.result()
+            if progress:
+                progress(done, len(keys))
+    return scans

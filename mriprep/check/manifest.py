@@ -1,0 +1,182 @@
+"""The cache against its manifest: every row cached in the manifest's split. A row that
+failed (the run report ``CACHE/reports/latest.json`` says at which stage and why) or is
+missing is an error, unless it is listed as a known exclusion: a training job gated on
+the check must not start on part of its cohort by accident."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Collection, Iterable
+
+from mriprep.core.errors import CacheError
+from mriprep.check.report import entry_label, subjects_of
+from mriprep.splits import Finding, named
+
+RUN_REPORT = Path("reports") / "latest.json"
+
+
+def read_run_report(cache_root: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """Subject/session -> {status, reason} from ``CACHE/reports/latest.json`` (None if absent).
+
+    Accepts a list of subject records or an object holding one under ``subjects``,
+    ``results`` or ``rows``; each record has ``subject_id``, optional ``session_id``,
+    ``status`` and ``reason``.
+    """
+    path = cache_root / RUN_REPORT
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CacheError(f"cannot read the run report {path}: {exc}") from exc
+    records = doc
+    if isinstance(doc, dict):
+        records = next(
+            (doc[k] for k in ("subjects", "results", "rows") if isinstance(doc.get(k), list)), []
+        )
+    report = {}
+    for record in records if isinstance(records, list) else []:
+        if isinstance(record, dict) and "subject_id" in record:
+            ident = (str(record["subject_id"]), str(record.get("session_id") or ""))
+            report[ident] = {
+                "status": record.get("status", ""),
+                "stage": record.get("stage") or "",
+                "reason": record.get("reason") or "",
+            }
+    return report
+
+
+def check_against_manifest(
+    index: dict[str, dict[str, Any]],
+    rows: Iterable[Any],
+    run_report: dict[tuple[str, str], dict[str, Any]] | None,
+    manifest_name: str = "the manifest",
+    excluded: Collection[str] = (),
+) -> list[Finding]:
+    """Every manifest row is cached, in the split the manifest gives.
+
+    ``rows`` are manifest rows with ``subject_id``, ``session_id`` and ``split``.
+    ``excluded`` names rows known not to be cached (``sub-01`` for every session of a
+    subject, ``sub-01/ses-2`` for one): those are warnings (``manifest-excluded``), every
+    other failed or missing row an error.
+    """
+    excluded = set(excluded)
+    excluded_rows: list[str] = []
+    cached = {(s["subject_id"], s.get("session_id") or ""): k for k, s in index.items()}
+    listed = set()
+    findings = []
+    missing: list[str] = []
+    missing_subjects: list[str] = []
+    for row in rows:
+        ident = (str(row.subject_id), str(row.session_id or ""))
+        listed.add(ident)
+        name = f"{ident[0]}{'/' + ident[1] if ident[1] else ''}"
+        key = cached.get(ident)
+        if key is not None:
+            cache_split = index[key].get("split") or ""
+            if row.split and row.split != cache_split:
+                findings.append(
+                    Finding(
+                        "error",
+                        "manifest-split-mismatch",
+                        f"{name} is in split {row.split!r} in {manifest_name} but in "
+                        f"{cache_split or 'no split'!r} in the cache; rerun `mriprep run` with "
+                        "this manifest so the cache follows it",
+                        (key,),
+                        (ident[0],),
+                    )
+                )
+            continue
+        if name in excluded or ident[0] in excluded:
+            excluded_rows.append(name)
+            continue
+        status = (run_report or {}).get(ident) or (run_report or {}).get((ident[0], ""))
+        if status and status.get("status") == "failed":
+            at = f" at stage {status['stage']!r}" if status.get("stage") else ""
+            findings.append(
+                Finding(
+                    "error",
+                    "manifest-failed",
+                    f"{name} failed preprocessing{at} and is not cached: "
+                    f"{status.get('reason') or 'no reason recorded'}. Fix it and rerun, or, "
+                    "to train without it on purpose, list it in an exclusions file "
+                    "(`mriprep check --exclude FILE`)",
+                    (),
+                    (ident[0],),
+                )
+            )
+            continue
+        missing.append(name)
+        missing_subjects.append(ident[0])
+    if missing:
+        why = (
+            "no run report at reports/latest.json lists them as failed"
+            if run_report is None
+            else "the run report does not list them as failed"
+        )
+        findings.append(
+            Finding(
+                "error",
+                "manifest-missing",
+                f"{len(missing)} row(s) of {manifest_name} are not in the cache and {why}: "
+                f"{named(missing)}; run `mriprep run` on the manifest to complete the cache",
+                (),
+                tuple(sorted(set(missing_subjects))),
+            )
+        )
+    if excluded_rows:
+        findings.append(
+            Finding(
+                "warning",
+                "manifest-excluded",
+                f"{len(excluded_rows)} row(s) of {manifest_name} are not cached and listed "
+                f"as known exclusions: {named(excluded_rows)}",
+                (),
+                tuple(sorted({n.split('/')[0] for n in excluded_rows})),
+            )
+        )
+    extra = sorted(k for ident, k in cached.items() if ident not in listed)
+    if extra:
+        findings.append(
+            Finding(
+                "warning",
+                "not-in-manifest",
+                f"{len(extra)} cache entr{'y is' if len(extra) == 1 else 'ies are'} not in "
+                f"{manifest_name}: {named([entry_label(index[k], k) for k in extra])}; "
+                "a Dataset over the cache will still train on them",
+                tuple(extra),
+                subjects_of(index, extra),
+            )
+        )
+    return findings
+
+
+def manifest_rows(manifest: Any) -> list[Any]:
+    """The rows of a Manifest (anything with ``rows``), or of the manifest file at a path."""
+    if hasattr(manifest, "rows"):
+        return list(manifest.rows)
+    from mriprep.inputs.manifest import read_manifest
+
+    # The images need not be on the training machine: only the ids and splits matter.
+    return list(read_manifest(manifest, check_files=False).rows)
+
+
+def manifest_name(manifest: Any) -> str:
+    """How messages name a manifest: its path when known, else ``"the manifest"``."""
+    if getattr(manifest, "path", None):
+        return str(manifest.path)
+    return "the manifest" if hasattr(manifest, "rows") else str(manifest)
+
+
+def read_exclusions(path: str | Path) -> set[str]:
+    """Row names from an exclusions file: one ``subject`` or ``subject/session`` per line;
+    blank lines and text after ``#`` are ignored."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CacheError(f"cannot read the exclusions file {path}: {exc}; give a text file "
+                         "with one subject (or subject/session) per line") from exc
+    names = {line.split("#", 1)[0].strip() for line in text.splitlines()}
+    return {n for n in names if n}

@@ -1,0 +1,166 @@
+"""``mriprep manifest``: validate a cohort manifest, or build one from a BIDS folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mriprep.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from mriprep.core.errors import InputError, ManifestError
+
+DESCRIPTION = """\
+Check a cohort manifest before a run, or write one from a BIDS dataset.
+
+A manifest is a CSV or TSV with columns subject_id, image and optionally label, split
+(train/val/test) and session_id; other columns are kept as metadata. Paths are relative
+to the manifest's folder unless absolute. See data_manifests/README.md for the schema.
+"""
+
+EPILOG = """\
+examples:
+  mriprep manifest validate data_manifests/example.csv
+  mriprep manifest validate cohort.tsv --headers      # also check every image header
+  mriprep manifest from-bids /data/ds000001 -o cohort.csv
+  mriprep manifest from-bids /data/ds000001 -o cohort.csv --labels fastsurfer --force
+
+exit status: 0 no problems, 1 problems found (each printed with its line), 2 usage error
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "manifest",
+        help="validate a cohort manifest, or build one from a BIDS folder",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    validate = actions.add_parser(
+        "validate",
+        help="report every problem of a manifest at once",
+        description=(
+            "Report every problem of a manifest at once, each with its line number:\n"
+            "missing columns or files, duplicate rows, empty or unsafe ids, unknown splits."
+        ),
+        epilog="example:\n  mriprep manifest validate data_manifests/example.csv --headers",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    validate.add_argument("manifest", type=Path, help="the manifest (.csv or .tsv)")
+    validate.add_argument(
+        "--no-check-files",
+        dest="check_files",
+        action="store_false",
+        help="do not require the image and label files to exist (check the table only)",
+    )
+    validate.add_argument(
+        "--headers",
+        action="store_true",
+        help=(
+            "also read every image and label header (no voxel data): dimensions, affine, "
+            "voxel-count limit, label grid equal to its image's"
+        ),
+    )
+
+    from_bids = actions.add_parser(
+        "from-bids",
+        help="write a manifest listing every T1w image of a BIDS dataset",
+        description=(
+            "Write a manifest listing every sub-*/[ses-*/]anat/*_T1w.nii[.gz] of a BIDS\n"
+            "dataset, sorted, with paths relative to the manifest. The split column is\n"
+            "left empty: assign splits by subject afterwards. Several T1w images in one\n"
+            "session get session ids made of their entities (ses-1_run-2)."
+        ),
+        epilog="example:\n  mriprep manifest from-bids /data/ds000001 -o cohort.csv",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from_bids.add_argument("bids_dir", type=Path, help="the BIDS dataset folder")
+    from_bids.add_argument(
+        "-o", "--output", type=Path, required=True, help="manifest to write (.csv or .tsv)"
+    )
+    from_bids.add_argument(
+        "--labels",
+        metavar="NAME",
+        help=(
+            "pair each T1w with derivatives/NAME/<same folder>/<entities>_dseg.nii[.gz] "
+            "when it exists"
+        ),
+    )
+    from_bids.add_argument(
+        "--force", action="store_true", help="overwrite OUTPUT if it already exists"
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "validate":
+        return _validate(args.manifest, args.check_files, args.headers)
+    return _from_bids(args.bids_dir, args.output, args.labels, args.force)
+
+
+def _validate(path: Path, check_files: bool, headers: bool) -> int:
+    from mriprep.inputs.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(path, check_files=check_files)
+        problems = _header_problems(manifest) if headers else []
+    except ManifestError as exc:
+        problems = exc.problems
+    if problems:
+        print(f"manifest {path}: {len(problems)} problem(s)")
+        for problem in problems:
+            print(f"  - {problem}")
+        return EXIT_PROBLEMS
+    print(f"manifest {path}: {_summary(manifest)}; no problems found")
+    return EXIT_OK
+
+
+def _header_problems(manifest) -> list[str]:
+    from mriprep.inputs.io import check_same_grid, read_header
+
+    problems = []
+    for row in manifest:
+        try:
+            image = read_header(row.image)
+            if row.label is not None:
+                check_same_grid(read_header(row.label), image)
+        except InputError as exc:
+            problems.append(f"line {row.row} ({row.name}): {exc}")
+    return problems
+
+
+def _summary(manifest) -> str:
+    groups = manifest.by_split()
+    counts = ", ".join(f"{split or 'unassigned'} {len(rows)}" for split, rows in groups.items())
+    n_subjects = len(manifest.subjects())
+    return f"{len(manifest)} row(s), {n_subjects} subject(s) ({counts})"
+
+
+def _from_bids(bids_dir: Path, output: Path, labels: str | None, force: bool) -> int:
+    from mriprep.inputs.bids import manifest_from_bids
+    from mriprep.inputs.manifest import read_manifest, write_manifest
+
+    if output.exists() and not force:
+        print(
+            f"mriprep manifest: error: {output} already exists; pass --force to overwrite it",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    rows = manifest_from_bids(bids_dir, labels=labels)
+    write_manifest(rows, output)
+    try:
+        manifest = read_manifest(output)
+    except ManifestError as exc:
+        print(f"wrote {output}, but it has problems:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    n_labels = sum(row.label is not None for row in manifest)
+    print(
+        f"wrote {output}: {_summary(manifest)}, {n_labels} with a label map; "
+        "splits are unassigned"
+    )
+    return EXIT_OK

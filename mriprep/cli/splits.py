@@ -1,0 +1,198 @@
+"""``mriprep splits MANIFEST``: check a manifest's splits, or assign them by subject.
+
+Exit status: 0 the splits are sound (or were assigned and written), 1 a problem was found
+(nothing is written), 2 usage error (no such manifest, bad option, output exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mriprep.core.errors import ManifestError
+from mriprep.splits import (
+    Assignment,
+    SplitsReport,
+    assign_splits,
+    check_manifest_splits,
+    parse_fractions,
+)
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+EPILOG = """\
+examples:
+  mriprep splits cohort.csv
+  mriprep splits cohort.csv --assign train=0.8,val=0.1,test=0.1 --seed 7 -o cohort-split.csv
+  mriprep splits cohort.csv --assign train=0.7,val=0.15,test=0.15 --stratify site -o out.csv
+
+Splits are drawn per subject from a hash of its id and the seed: the same seed always gives
+the same splits, and adding subjects later moves none of the existing ones. Subjects that
+already have a split keep it unless --reassign is given.
+
+exit status: 0 sound (or assigned and written), 1 problems found, 2 usage error
+"""
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "splits",
+        help="check a manifest's train/val/test splits, or assign them by subject",
+        description=(
+            "Check the splits of a manifest before any preprocessing: every scan has a "
+            "split, all sessions of a subject share one, and no image file appears under "
+            "two subject ids or in two splits. With --assign, write a manifest with splits "
+            "assigned per subject."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("manifest", type=Path, help="the manifest (.csv or .tsv)")
+    p.add_argument(
+        "--assign",
+        metavar="SPEC",
+        help="assign splits with these fractions of subjects, e.g. train=0.8,val=0.1,test=0.1",
+    )
+    p.add_argument("--seed", default="0", help="seed of the assignment (default 0)")
+    p.add_argument(
+        "--stratify", metavar="COLUMN", help="balance the splits within each value of this column"
+    )
+    p.add_argument(
+        "--reassign", action="store_true", help="draw every subject again, ignoring existing splits"
+    )
+    p.add_argument("-o", "--output", type=Path, help="manifest to write (with --assign)")
+    p.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
+    p.add_argument(
+        "--no-hash",
+        dest="hash_files",
+        action="store_false",
+        help="do not compare image contents (no file is read; missing files are allowed)",
+    )
+    p.add_argument("--workers", type=int, default=None, metavar="N", help="threads hashing files")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def _usage(message: str) -> int:
+    print(f"mriprep splits: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run(args: argparse.Namespace) -> int:
+    from mriprep.inputs.manifest import Manifest, read_manifest, write_manifest
+
+    if not args.manifest.is_file():
+        return _usage(f"manifest {args.manifest} does not exist or is not a file")
+    if args.assign is None and (args.output or args.stratify or args.reassign):
+        return _usage("-o, --stratify and --reassign only apply with --assign")
+    fractions = None
+    if args.assign is not None:
+        try:
+            fractions = parse_fractions(args.assign)
+        except ValueError as exc:
+            return _usage(f"--assign {args.assign!r}: {exc}")
+        if args.output is None:
+            return _usage("--assign needs -o OUTPUT, the manifest to write")
+        if args.output.exists() and not args.force:
+            return _usage(f"{args.output} already exists; pass --force to overwrite it")
+    try:
+        manifest = read_manifest(args.manifest, check_files=args.hash_files)
+    except ManifestError as exc:
+        print(f"manifest {args.manifest}: {len(exc.problems)} problem(s)")
+        for problem in exc.problems:
+            print(f"  - {problem}")
+        return EXIT_PROBLEMS
+
+    if fractions is None:
+        report = check_manifest_splits(manifest, args.hash_files, args.workers)
+        _emit(args, report)
+        return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+    if args.stratify and args.stratify not in manifest.metadata_columns():
+        columns = ", ".join(manifest.metadata_columns()) or "none"
+        return _usage(
+            f"--stratify {args.stratify!r} is not a column of {args.manifest} "
+            f"(extra columns: {columns})"
+        )
+    try:
+        assignment = assign_splits(
+            manifest.rows, fractions, args.seed, args.stratify, args.reassign
+        )
+    except ValueError as exc:
+        print(f"mriprep splits: cannot assign: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    assigned = Manifest(path=args.output, rows=tuple(assignment.rows))
+    report = check_manifest_splits(assigned, args.hash_files, args.workers)
+    report.manifest = str(args.manifest)
+    written = None
+    if report.ok:
+        written = write_manifest(assignment.rows, args.output)
+    _emit(args, report, assignment, written)
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _emit(
+    args: argparse.Namespace,
+    report: SplitsReport,
+    assignment: Assignment | None = None,
+    written: Path | None = None,
+) -> None:
+    if args.json:
+        doc = report.to_json()
+        if assignment is not None:
+            doc["assignment"] = {
+                "fractions": parse_fractions(args.assign),
+                "seed": args.seed,
+                "stratify": args.stratify,
+                "assigned_subjects": assignment.assigned,
+                "kept_subjects": assignment.kept,
+                "strata": assignment.strata,
+                "notes": assignment.notes,
+                "output": str(written) if written else None,
+            }
+        print(json.dumps(doc, indent=2))
+        return
+    print(render(report, assignment, args, written))
+
+
+def render(
+    report: SplitsReport,
+    assignment: Assignment | None,
+    args: argparse.Namespace,
+    written: Path | None,
+) -> str:
+    """The result as text for people: counts per split, findings, verdict."""
+    subjects = sum(c["subjects"] for c in report.splits.values())
+    lines = [f"manifest {report.manifest}: {report.rows} row(s), {subjects} subject(s)"]
+    if report.files_hashed:
+        lines.append(
+            f"  {report.files_hashed} image file(s) of equal size hashed for identical content"
+        )
+    if assignment is not None:
+        lines.append(
+            f"  assigned {assignment.assigned} subject(s) by hash (seed {args.seed}), "
+            f"kept the split of {assignment.kept}"
+        )
+    lines += ["", f"{'split':<12}{'subjects':>9}{'scans':>8}"]
+    for split, counts in report.splits.items():
+        lines.append(f"{split or '(none)':<12}{counts['subjects']:>9}{counts['scans']:>8}")
+    if assignment is not None and assignment.strata:
+        names = list(parse_fractions(args.assign))
+        lines += ["", f"{args.stratify:<16}" + "".join(f"{n:>8}" for n in names)]
+        for value, counts in assignment.strata.items():
+            lines.append(f"{value:<16}" + "".join(f"{counts[n]:>8}" for n in names))
+    for note in assignment.notes if assignment else []:
+        lines.append(f"note: {note}")
+    if report.findings:
+        lines.append("")
+    for finding in sorted(report.findings, key=lambda f: (f.severity != "error", f.code)):
+        lines.append(f"{finding.severity.upper():<8}{finding.code:<20}{finding.message}")
+    verdict = "OK" if report.ok else "FAILED"
+    lines += ["", f"{verdict}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"]
+    if assignment is not None:
+        lines.append(
+            f"wrote {written}" if written else "nothing written: fix the errors above first"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,495 @@
+"""Pipelines as data: load a YAML definition, validate it against the stages, hash it.
+
+A pipeline file names the ordered stages and their parameters::
+
+    name: t1w_mni_rigid
+    description: Rigid registration to MNI152 1 mm, z-scored, float32.
+    output_dtype: float32          # float32 | float16 | uint8: dtype of the cached image
+    stages:
+      - reorient                   # a bare name runs the stage with its defaults
+      - sanitize:                  # a one-key mapping gives parameters
+          strategy: local
+
+Every parameter is checked against the stage's frozen parameter dataclass (its typed
+fields are the schema) before any subject runs: an unknown stage, an unknown key, a value
+of the wrong type or a template file that does not exist is a
+:class:`~mriprep.core.errors.PipelineConfigError` that names the file, the key, the value and
+the fix. All problems of a file are reported at once.
+
+The pipeline hash identifies what a pipeline computes: the SHA-256 of the resolved
+configuration (every parameter, defaults filled in), the bytes of every template it uses
+(by content, so moving a template file changes nothing) and the mriprep version. The
+description is left out: rewording it must not invalidate a cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+import mriprep
+from mriprep.core.errors import PipelineConfigError
+from mriprep.stages import STAGE_MODULES, get_stage
+
+OUTPUT_DTYPES = ("float32", "float16", "uint8")
+TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "stages")
+DEFAULT_PIPELINE = "t1w_mni_rigid"
+# YAML 1.1 (PyYAML) reads `1e30` as a string because it lacks a dot; a float field
+# accepts such text so that users can write limits the way they write them everywhere.
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def pipelines_dir() -> Path:
+    """The folder of named pipelines shipped with mriprep: package data
+    (``mriprep/pipelines/``), so that a wheel or ``pip install .`` finds them too; the
+    repository's top-level ``pipelines/`` is a link to it."""
+    return Path(__file__).resolve().parent
+
+
+def available_pipelines() -> list[str]:
+    """Names accepted by ``mriprep run -p NAME``."""
+    return sorted(p.stem for p in pipelines_dir().glob("*.yaml"))
+
+
+@dataclass(frozen=True)
+class StageStep:
+    """One step of a pipeline: a registered stage name and its resolved parameters."""
+
+    name: str
+    params: Any
+
+    def resolved(self) -> dict[str, Any]:
+        return {"stage": self.name, "params": dataclasses.asdict(self.params)}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A validated pipeline: ordered stage steps, output dtype, and its content hash.
+
+    Build one with :func:`load_pipeline` (a name or a YAML path) or
+    :func:`pipeline_from_dict`; the constructor does no validation.
+    """
+
+    name: str
+    description: str
+    output_dtype: str
+    steps: tuple[StageStep, ...]
+    source: str
+    hash: str
+
+    def resolved(self) -> dict[str, Any]:
+        """The configuration with every default filled in (what the hash covers)."""
+        return {
+            "name": self.name,
+            "output_dtype": self.output_dtype,
+            "stages": [step.resolved() for step in self.steps],
+        }
+
+    def templates(self) -> list[str]:
+        """Every template (builtin name or absolute file path) the steps refer to."""
+        found = []
+        for step in self.steps:
+            for field in dataclasses.fields(step.params):
+                value = getattr(step.params, field.name)
+                if is_template_field(field.name) and value and value not in found:
+                    found.append(value)
+        return found
+
+    def params_of(self, stage: str) -> Any | None:
+        """The parameters of the first step running ``stage``, or None."""
+        for step in self.steps:
+            if step.name == stage:
+                return step.params
+        return None
+
+
+def is_template_field(name: str) -> bool:
+    """Parameter fields named ``template``, ``*_template`` or ``template_*`` (its brain
+    mask) hold a template reference: resolved against the pipeline file, hashed by
+    content."""
+    return name == "template" or name.endswith("_template") or name.startswith("template_")
+
+
+def resolve_pipeline_path(name_or_path: str | Path) -> Path:
+    """The YAML file for a pipeline name (from :func:`pipelines_dir`) or a path.
+
+    Raises
+    ------
+    PipelineConfigError
+        When neither a file nor a shipped pipeline of that name exists.
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_file():
+        return path.resolve()
+    looks_like_name = "/" not in text and not text.endswith((".yaml", ".yml"))
+    if looks_like_name:
+        named = pipelines_dir() / f"{text}.yaml"
+        if named.is_file():
+            return named
+    known = ", ".join(available_pipelines()) or "(none found)"
+    raise PipelineConfigError(
+        f"pipeline {text!r} is neither a YAML file nor a shipped pipeline; "
+        f"give a path to a .yaml file or one of: {known} (in {pipelines_dir()})"
+    )
+
+
+def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE,
+                  output_dtype: str | None = None) -> Pipeline:
+    """Load, validate and hash a pipeline given by name or YAML path.
+
+    Parameters
+    ----------
+    name_or_path
+        A shipped pipeline name (``t1w_mni_rigid``, ``conform_1mm``) or a YAML file path.
+        Relative template paths inside the file are resolved against the file's folder.
+    output_dtype
+        Replaces the file's ``output_dtype`` (e.g. ``"uint8"`` for FastSurfer's conformed
+        images), as a copy of the file with that one line changed would: the stages that
+        inherit it and the hash follow.
+
+    Returns
+    -------
+    Pipeline
+
+    Raises
+    ------
+    PipelineConfigError
+        Listing every problem found in the file, each with the key, value and fix.
+
+    Examples
+    --------
+    >>> pipe = load_pipeline("conform_1mm")
+    >>> pipe.output_dtype, len(pipe.hash)
+    ('float32', 64)
+    """
+    path = resolve_pipeline_path(name_or_path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise PipelineConfigError(
+            f"pipeline file {path} is not valid YAML: {exc}; fix the syntax at the line shown"
+        ) from exc
+    except OSError as exc:
+        raise PipelineConfigError(f"cannot read pipeline file {path}: {exc}") from exc
+    if output_dtype is not None and isinstance(doc, dict):
+        doc = {**doc, "output_dtype": output_dtype}
+    return pipeline_from_dict(doc, source=str(path), base_dir=path.parent)
+
+
+def pipeline_from_dict(
+    doc: Any, source: str = "<dict>", base_dir: str | Path | None = None
+) -> Pipeline:
+    """Validate a parsed pipeline document and build the :class:`Pipeline`.
+
+    Parameters
+    ----------
+    doc
+        The document as ``yaml.safe_load`` returns it.
+    source
+        How errors name the pipeline (usually its file path).
+    base_dir
+        Folder that relative template paths are relative to (default: the working folder).
+    """
+    problems: list[str] = []
+    if not isinstance(doc, dict):
+        raise PipelineConfigError(
+            f"pipeline {source}: the document must be a mapping with keys "
+            f"{', '.join(TOP_LEVEL_KEYS)}; got {type(doc).__name__}"
+        )
+    for key in doc:
+        if key not in TOP_LEVEL_KEYS:
+            problems.append(
+                f"unknown top-level key {key!r}; allowed keys: {', '.join(TOP_LEVEL_KEYS)}"
+            )
+    name = doc.get("name")
+    if not isinstance(name, str) or not name.strip():
+        problems.append(f"'name' must be a non-empty string, got {name!r}")
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        problems.append(f"'description' must be a string, got {description!r}")
+    output_dtype = doc.get("output_dtype", "float32")
+    if output_dtype not in OUTPUT_DTYPES:
+        problems.append(
+            f"'output_dtype' = {output_dtype!r} is not supported; use one of "
+            f"{', '.join(OUTPUT_DTYPES)}"
+        )
+    raw_stages = doc.get("stages")
+    steps: list[StageStep] = []
+    if not isinstance(raw_stages, list) or not raw_stages:
+        problems.append(
+            f"'stages' must be a non-empty list of stage names or one-key mappings "
+            f"{{stage: {{param: value}}}}, got {raw_stages!r}"
+        )
+    else:
+        base = Path(base_dir) if base_dir is not None else Path.cwd()
+        for position, entry in enumerate(raw_stages, start=1):
+            step = _parse_step(entry, position, base, output_dtype, problems)
+            if step is not None:
+                steps.append(step)
+        problems.extend(_order_problems(steps))
+    if problems:
+        raise PipelineConfigError(_format_problems(source, problems))
+    pipe = Pipeline(
+        name=name,
+        description=description.strip(),
+        output_dtype=output_dtype,
+        steps=tuple(steps),
+        source=source,
+        hash="",
+    )
+    return dataclasses.replace(pipe, hash=pipeline_hash(pipe))
+
+
+def pipeline_hash(pipe: Pipeline) -> str:
+    """SHA-256 of the resolved configuration, the templates' content and the version."""
+    from mriprep.cache import sha256_file
+    from mriprep.inputs.templates import is_builtin, load_template, template_digest
+
+    config = pipe.resolved()
+    for step in config["stages"]:
+        for key, value in step["params"].items():
+            if is_template_field(key) and value:
+                # By content: the same template under another path is the same pipeline.
+                try:
+                    # A file is hashed by its bytes, read now: template_digest's per-process
+                    # cache would miss an edit made since the file was first loaded.
+                    if is_builtin(value):
+                        digest = template_digest(value)
+                    else:
+                        load_template(value)  # proves it is a readable image
+                        digest = sha256_file(value)
+                except (OSError, ValueError) as exc:
+                    raise PipelineConfigError(
+                        f"pipeline {pipe.source}: stage {step['stage']!r} key {key!r} = "
+                        f"{value!r}: the template cannot be read ({exc}); give a readable "
+                        "NIfTI image or a builtin template name"
+                    ) from exc
+                step["params"][key] = {"template_sha256": digest}
+    payload = json.dumps(
+        {"config": config, "mriprep_version": mriprep.__version__},
+        sort_keys=True,
+        default=list,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+# -- validation helpers --------------------------------------------------------------
+
+
+def _parse_step(
+    entry: Any, position: int, base: Path, output_dtype: Any, problems: list[str]
+) -> StageStep | None:
+    where = f"stages[{position}]"
+    if isinstance(entry, str):
+        stage_name, raw_params = entry, {}
+    elif isinstance(entry, dict) and len(entry) == 1:
+        stage_name, raw_params = next(iter(entry.items()))
+        raw_params = {} if raw_params is None else raw_params
+    else:
+        problems.append(
+            f"{where} = {entry!r} must be a stage name or a one-key mapping "
+            "{stage: {param: value}}; check the indentation of its parameters"
+        )
+        return None
+    known = sorted(STAGE_MODULES)
+    try:
+        stage_obj = get_stage(str(stage_name))
+    except KeyError:
+        problems.append(
+            f"{where}: unknown stage {stage_name!r}; known stages: {', '.join(known)}"
+        )
+        return None
+    except ImportError as exc:
+        problems.append(
+            f"{where}: stage {stage_name!r} cannot be imported ({exc}); check that "
+            "mriprep and its dependencies are installed completely"
+        )
+        return None
+    if not isinstance(raw_params, dict):
+        problems.append(
+            f"{where} ({stage_name}): parameters must be a mapping, got {raw_params!r}"
+        )
+        return None
+    params_type = stage_obj.params_type
+    hints = typing.get_type_hints(params_type)
+    fields = {f.name: f for f in dataclasses.fields(params_type) if f.init}
+    values: dict[str, Any] = {}
+    problems_before = len(problems)
+    for key, value in raw_params.items():
+        if key not in fields:
+            problems.append(
+                f"{where} ({stage_name}): unknown key {key!r}; "
+                f"{stage_name} accepts: {', '.join(sorted(fields)) or '(no parameters)'}"
+            )
+            continue
+        try:
+            coerced = coerce_value(value, hints[key])
+        except ValueError as exc:
+            problems.append(f"{where} ({stage_name}): key {key!r} = {value!r} {exc}")
+            continue
+        if is_template_field(key) and coerced:
+            label = f"{where} ({stage_name}): key {key!r}"
+            coerced = _resolve_template(coerced, label, base, problems)
+        values[key] = coerced
+    if "output_dtype" in fields:
+        # A stage that needs the cache dtype (e.g. sanitize's float16 range) inherits the
+        # pipeline's; two different values in one file would contradict each other.
+        if "output_dtype" not in values and output_dtype in OUTPUT_DTYPES:
+            values["output_dtype"] = output_dtype
+        elif values.get("output_dtype", output_dtype) != output_dtype:
+            problems.append(
+                f"{where} ({stage_name}): key 'output_dtype' = {values['output_dtype']!r} "
+                f"contradicts the pipeline's output_dtype {output_dtype!r}; remove the key "
+                "from the stage, it inherits the pipeline's"
+            )
+    if len(problems) > problems_before:
+        return None
+    try:
+        params = params_type(**values)
+    except (TypeError, ValueError) as exc:
+        # The dataclass's own __post_init__ checks (ranges, combinations) speak here.
+        problems.append(f"{where} ({stage_name}): {exc}")
+        return None
+    for key in fields:
+        if key not in values and is_template_field(key):
+            default = getattr(params, key)
+            if default:
+                label = f"{where} ({stage_name}): default {key!r}"
+                _resolve_template(default, label, base, problems)
+    return StageStep(name=stage_obj.name, params=params)
+
+
+def _resolve_template(value: str, where: str, base: Path, problems: list[str]) -> str:
+    from mriprep.inputs.templates import BUILTIN_TEMPLATES, is_builtin
+
+    if is_builtin(value):
+        return value
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    if not path.is_file():
+        problems.append(
+            f"{where} = {value!r}: template file {path} does not exist; give an existing "
+            f"image path (relative paths are relative to the pipeline file) or a builtin "
+            f"template: {', '.join(BUILTIN_TEMPLATES)}"
+        )
+        return value
+    return str(path.resolve())
+
+
+def _order_problems(steps: list[StageStep]) -> list[str]:
+    """Orderings no subject could survive, caught before the run rather than per subject."""
+    names = [s.name for s in steps]
+    problems = []
+    if "register" in names:
+        after = names[names.index("register") + 1 :]
+        if "resample" not in after:
+            problems.append(
+                "stage 'register' estimates a transform that only 'resample' applies; "
+                "add a 'resample' step after 'register'"
+            )
+    for step in steps:
+        if step.name == "resample" and "register" in names and step.params.orientation:
+            problems.append(
+                "stage 'resample' has an orientation, but after 'register' it writes the "
+                "template's grid, whose orientation is the template's; remove "
+                "'orientation' from the resample step"
+            )
+    if "validate" in names and names[-1] != "validate":
+        problems.append(
+            "stage 'validate' checks the final output; move it to the end of 'stages'"
+        )
+    return problems
+
+
+def coerce_value(value: Any, annotation: Any) -> Any:
+    """Check a YAML value against a parameter field's type and return it in that type.
+
+    Supported types: ``bool``, ``int``, ``float``, ``str``, ``Literal[...]``,
+    ``tuple[T, T, T]``, ``tuple[T, ...]`` and ``X | None``. A YAML list becomes a tuple;
+    an int is accepted where a float is expected, never the reverse.
+
+    Raises
+    ------
+    ValueError
+        Saying what was expected (the caller adds the key and the file).
+    """
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        for option in options:
+            try:
+                return coerce_value(value, option)
+            except ValueError:
+                continue
+        allowed = " or ".join(_describe(a) for a in args)
+        raise ValueError(f"must be {allowed}")
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"must be one of {', '.join(repr(a) for a in args)}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"must be a list: {_describe(annotation)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(coerce_value(v, args[0]) for v in value)
+        if len(value) != len(args):
+            raise ValueError(f"must be a list of {len(args)} values: {_describe(annotation)}")
+        return tuple(coerce_value(v, a) for v, a in zip(value, args))
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("must be an integer")
+        return value
+    if annotation is float:
+        if isinstance(value, bool):
+            raise ValueError("must be a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+            return float(value)
+        raise ValueError("must be a number")
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ValueError("must be a string (quote it in YAML)")
+        return value
+    raise ValueError(f"has a type mriprep cannot read from YAML ({annotation!r})")
+
+
+def _describe(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is type(None):
+        return "null"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"[{_describe(args[0])}, ...]"
+        return "[" + ", ".join(_describe(a) for a in args) + "]"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    return {bool: "true/false", int: "integer", float: "number", str: "string"}.get(
+        annotation, repr(annotation)
+    )
+
+
+def _format_problems(source: str, problems: list[str]) -> str:
+    lines = "\n".join(f"  - {p}" for p in problems)
+    return f"pipeline {source} has {len(problems)} problem(s):\n{lines}"

@@ -1,0 +1,245 @@
+"""Can this registration be trusted? Plausibility checks, each with its own cause.
+
+One threshold on one similarity cannot separate good registrations of other people from
+failures: a real head correlates with an average template less than the template's own
+copies do, and a scan rotated by 90 degrees in its header can still correlate a little.
+So the register stage measures several things, each named, each with a limit set from
+its measured distribution on the calibration set (``make bench`` prints them):
+
+``head_length_mm``
+    The length of the head (or brain) in the image, its largest principal extent,
+    measured before any registration. A slab cut from a head keeps the head's length in
+    its plane; a small brain is short in every direction.
+``search_best_ncc``
+    How well the template brain correlates with the scan at the best orientation and
+    position of the global search (:mod:`mriprep.stages.registration.search`): nothing that
+    is not a head scores high.
+``overlap``
+    The share of the template brain that lands on valid voxels of the registered scan.
+    A whole head keeps 0.97-1.0 (0.95 with the vertex cut off), a 40 mm slab 0.3-0.4.
+``similarity``
+    The correlation of template and registered scan over the template brain, on 2 mm
+    grids, bias fields divided out. Other people's T1 scans: 0.6-0.7; noise, phantoms
+    and wrong poses below 0.25; inverted (T2-like) contrast negative at the right pose.
+``rotation_deg``
+    How far the registration turned the scan from its header's orientation. Heads lie
+    in scanners within about 30 degrees of upright; a header that is wrong by a quarter
+    or half turn gives 90-180.
+
+:func:`diagnose` applies the limits in an order that names the likely cause: a scan that
+is no T1 head at all is never blamed on its header.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import nibabel as nib
+import numpy as np
+from nibabel.affines import apply_affine
+from scipy import ndimage
+
+from mriprep.stages.registration.pyramid import HEAD_FRACTION, Level
+from mriprep.stages.registration.search import nearest_orientation, rotation_angle_deg
+
+# The length of a human head or brain in an image (its largest principal extent, mm).
+# Measured on the calibration set: good scans 182-291 mm (a brain alone 182-187, heads
+# with neck up to 291); failures 82 (macaque) and 135 (a head shrunk to 0.45). Above 450
+# is no head of any species but a header whose voxel sizes are off by a factor.
+HUMAN_HEAD_LENGTH_MM = (150.0, 450.0)
+
+# Principal extent of a uniform solid along an axis of variance v: 2 * sqrt(5 v) for an
+# ellipsoid (its semi-axis a has variance a^2 / 5).
+_ELLIPSOID = 5.0
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    """The head (or brain) in an image, as the foreground's largest component.
+
+    ``length_mm`` is the largest of the three principal extents: a slab cut from a head
+    keeps the head's length in its plane, a small brain is short in every direction.
+    """
+
+    length_mm: float
+    extents_mm: tuple[float, float, float]
+    volume_ml: float
+
+
+def head_shape(level: Level) -> HeadShape | None:
+    """The head in a coarse, not bias-flattened level; None if nothing is bright.
+
+    Foreground: valid voxels brighter than ``HEAD_FRACTION`` of the bright end (99th
+    percentile), the same rule registration uses for head voxels; holes filled. The
+    extents are those of the ellipsoid with the foreground's second moments.
+    """
+    usable = level.mask
+    if not usable.any():
+        return None
+    bright = float(np.percentile(level.data[usable], 99))
+    if bright <= 0:
+        return None
+    foreground = usable & (level.data > HEAD_FRACTION * bright)
+    labels, count = ndimage.label(foreground)
+    if count == 0:
+        return None
+    sizes = np.bincount(labels.ravel())[1:]
+    head = ndimage.binary_fill_holes(labels == 1 + int(np.argmax(sizes)))
+    points = apply_affine(level.affine, np.argwhere(head))
+    variances = np.linalg.eigvalsh(np.cov(points.T)) if len(points) > 3 else np.zeros(3)
+    extents = tuple(float(2.0 * np.sqrt(_ELLIPSOID * max(v, 0.0))) for v in variances[::-1])
+    voxel_ml = abs(np.linalg.det(level.affine[:3, :3])) / 1000.0
+    return HeadShape(length_mm=extents[0], extents_mm=extents,
+                     volume_ml=float(head.sum() * voxel_ml))
+
+
+def similarity_and_overlap(
+    fixed: Level, brain: np.ndarray, moving: Level, template_to_subject: np.ndarray
+) -> tuple[float, float]:
+    """Correlation of template and registered subject over the template brain, and the
+    share of the brain that lands on valid subject voxels.
+
+    Parameters
+    ----------
+    fixed, moving : Level
+        The template's and the subject's level (same spacing).
+    brain : ndarray of bool
+        The template brain on ``fixed``'s grid.
+    template_to_subject : ndarray, shape (4, 4)
+        The registration (RAS+).
+
+    Returns
+    -------
+    (similarity, overlap) : tuple of float
+        The correlation is NaN when fewer than 10 brain voxels land on valid subject
+        voxels, and 0 when either image is constant there.
+    """
+    vox_map = np.linalg.inv(moving.affine) @ template_to_subject @ fixed.affine
+    coords = np.argwhere(brain)
+    pulled = coords @ vox_map[:3, :3].T + vox_map[:3, 3]
+    inside = np.all((pulled >= 0) & (pulled <= np.asarray(moving.data.shape) - 1), axis=1)
+    valid_at = np.zeros(len(coords), dtype=bool)
+    rounded = np.rint(pulled[inside]).astype(int)
+    valid_at[inside] = moving.mask[tuple(rounded.T)]
+    overlap = float(valid_at.mean()) if len(coords) else 0.0
+    if valid_at.sum() < 10:
+        return float("nan"), overlap
+    values = ndimage.map_coordinates(moving.data, pulled[valid_at].T, order=1)
+    reference = fixed.data[tuple(coords[valid_at].T)]
+    values = values.astype(np.float64) - values.mean(dtype=np.float64)
+    reference = reference.astype(np.float64) - reference.mean(dtype=np.float64)
+    norm = float(np.sqrt((values**2).sum() * (reference**2).sum()))
+    if norm == 0.0:  # a constant image correlates with nothing
+        return 0.0, overlap
+    return float((values * reference).sum() / norm), overlap
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits :func:`diagnose` applies (the register stage's parameters)."""
+
+    min_head_length_mm: float
+    max_head_length_mm: float
+    min_search_ncc: float
+    min_overlap: float
+    min_similarity: float
+    max_rotation_deg: float
+
+
+# Every cause :func:`diagnose` can name, in the order it checks them.
+CAUSES = ("head_size", "no_brain", "field_of_view", "not_t1", "orientation")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a registration is refused: a cause code and a message naming the values."""
+
+    cause: str  # head_size, no_brain, field_of_view, not_t1, orientation (CAUSES)
+    reason: str
+
+
+def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
+    """The first limit ``measures`` break, in the order that names the likely cause.
+
+    ``measures`` holds ``head_length_mm`` and ``head_extents_mm`` (None when nothing is
+    bright), ``search_orientations`` (orientations in which the template brain fits the
+    field of view; None without a search) and ``search_best_ncc``, ``overlap``,
+    ``similarity``, and ``rotation`` (3x3). NaN similarity or overlap fails: the check
+    could not be made.
+    """
+    length = measures.get("head_length_mm")
+    if length is not None and not (
+            limits.min_head_length_mm <= length <= limits.max_head_length_mm):
+        return Failure("head_size", head_length_reason(
+            length, measures["head_extents_mm"],
+            (limits.min_head_length_mm, limits.max_head_length_mm)))
+    best = measures.get("search_best_ncc")
+    if best is not None and best < limits.min_search_ncc:
+        return Failure("no_brain", (
+            f"nothing in the image resembles a T1-weighted human brain: the T1 template "
+            f"brain correlates at most {best:.3f} with it in any orientation and position "
+            f"(below min_search_ncc={limits.min_search_ncc:g}; T1 head scans score "
+            "0.55-0.85): it may be a scan of another contrast (T2, FLAIR, PD; this "
+            "pipeline needs T1-weighted scans), a phantom, noise, another body part or "
+            "another species' brain"))
+    if measures.get("search_orientations") == 0:
+        return Failure("field_of_view", (
+            "the template brain fits the scan's valid field of view in no orientation "
+            "and position (in every pose tried, less than 60% of it lies inside): the "
+            "scan covers only part of the brain (a slab or a cut field of view)"))
+    overlap = measures.get("overlap", float("nan"))
+    if not overlap >= limits.min_overlap:
+        return Failure("field_of_view", (
+            f"only {overlap:.0%} of the template brain lies on valid voxels of the "
+            f"registered scan (at least {limits.min_overlap:.0%} needed): the scan covers "
+            "only part of the brain, or too many of its slices were masked"))
+    similarity = measures.get("similarity", float("nan"))
+    if not similarity >= limits.min_similarity:
+        if similarity <= -limits.min_similarity:
+            return Failure("not_t1", (
+                f"the registered scan anti-correlates with the T1 template {template!r} "
+                f"(similarity {similarity:.3f}): its tissue contrast is inverted, as in "
+                "a T2- or PD-weighted scan; this pipeline needs T1-weighted scans"))
+        return Failure("not_t1", (
+            f"the scan does not look like a T1-weighted brain: at the best pose its "
+            f"similarity to template {template!r} is {similarity:.3f}, below "
+            f"min_similarity={limits.min_similarity:g} (other people's T1 scans score "
+            "0.6-0.7); it may be of another contrast (T2, FLAIR, PD), a phantom, or too "
+            "corrupted to register"))
+    rotation = np.asarray(measures["rotation"])
+    angle = rotation_angle_deg(rotation)
+    if angle > limits.max_rotation_deg:
+        return Failure("orientation", (
+            f"the scan matches template {template!r} well (similarity {similarity:.3f}) "
+            f"only when turned by {angle:.0f} degrees: its header orientation is wrong. "
+            f"{describe_orientation_error(rotation)} Fix the header (or the converter "
+            "that wrote it) and run it again"))
+    return None
+
+
+def head_length_reason(length: float, extents, human_range) -> str:
+    """Why a head of ``length`` mm (principal ``extents``) is refused."""
+    size = " x ".join(f"{e:.0f}" for e in extents)
+    return (
+        f"the head or brain in the image is {length:.0f} mm long (principal extents "
+        f"{size} mm), outside the human range {human_range[0]:g}-{human_range[1]:g} mm "
+        "(an adult human brain is 150-190 mm long, a macaque brain about 80): this is not "
+        "a human head, or the voxel sizes in its header are wrong")
+
+
+def describe_orientation_error(rotation: np.ndarray) -> str:
+    """What a registration's rotation says about the header, in anatomical terms.
+
+    ``rotation`` (3x3, RAS+) maps template directions to the scan's world directions;
+    the scan's world is what its header claims. The axis the header calls R is, in the
+    anatomy, ``nearest.T @ e_x``, and likewise for A and S. Left and right cannot be told
+    apart against a symmetric template, so a mirrored reading is as likely.
+    """
+    nearest = nearest_orientation(rotation)
+    anatomical = nib.orientations.aff2axcodes(np.vstack(
+        [np.hstack([nearest.T, np.zeros((3, 1))]), [0, 0, 0, 1]]))
+    return (
+        f"The directions the header calls R, A, S point, in the anatomy, to "
+        f"{', '.join(anatomical)} (or their left-right mirror: the template cannot tell "
+        "left from right)."
+    )

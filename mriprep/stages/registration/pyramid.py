@@ -1,0 +1,179 @@
+"""Resolution levels for registration: isotropic grids, bias flattening, centres of mass.
+
+A level is an image in the registration's intensity space on an isotropic grid, with
+the mask of voxels the metric may use. Levels are built by normalised convolution, so
+that invalid voxels lend no intensity to their neighbours, and flattened by dividing out
+a smooth multiplicative bias field. Pure numpy/scipy: no registration toolkit here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from nibabel.affines import voxel_sizes
+from scipy import ndimage
+
+from mriprep.core.volume import Volume
+
+# A level voxel is used by the metric when at least this share of the Gaussian
+# weight that made it came from valid input voxels.
+MIN_LEVEL_WEIGHT = 0.5
+# Head voxels: brighter than this share of the bright end (99th percentile) of the
+# image. Background noise of a T1 scan sits far below it.
+HEAD_FRACTION = 0.1
+# Where the head mask gives too little support for the local mean, the bias estimate
+# falls back to the head's median (weight of the fallback, relative to a full kernel).
+_BIAS_FALLBACK_WEIGHT = 0.05
+
+
+@dataclass(frozen=True)
+class Level:
+    """One pyramid level: a float32 image in the registration's intensity space, its
+    voxel-to-RAS affine, and the boolean mask of voxels the metric may use."""
+
+    data: np.ndarray
+    affine: np.ndarray
+    mask: np.ndarray
+    spacing_mm: float
+
+
+def level_grid(
+    data: np.ndarray, weight: np.ndarray | None, affine: np.ndarray, spacing_mm: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Resample a volume onto an isotropic ``spacing_mm`` grid for registration, masked
+    voxels contributing nothing (normalised convolution).
+
+    Axes finer than ``spacing_mm`` are Gaussian-smoothed (anti-aliasing) and
+    downsampled; coarser ones (thick slices) are upsampled linearly. The grid keeps the
+    input's axes and the centre of its field of view.
+
+    Parameters
+    ----------
+    data : ndarray
+        The volume, finite.
+    weight : ndarray of bool or None
+        Voxels that may contribute (None: all).
+    affine : ndarray, shape (4, 4)
+    spacing_mm : float
+
+    Returns
+    -------
+    values : ndarray (float32)
+        Weighted Gaussian average of the contributing voxels (0 where none contributes).
+    support : ndarray (float32)
+        Share of each output voxel's Gaussian weight that came from contributing voxels.
+    affine : ndarray, shape (4, 4)
+        The output grid.
+    """
+    factor = spacing_mm / voxel_sizes(affine)
+    # Anti-aliasing where an axis is downsampled: a Gaussian of half the new voxel size
+    # beyond the old one. Axes coarser than the level (thick slices) are upsampled.
+    sigma = 0.5 * np.sqrt(np.maximum(factor**2 - 1.0, 0.0))
+    data = np.asarray(data, dtype=np.float32)
+    if weight is None or weight.all():
+        smooth = ndimage.gaussian_filter(data, sigma, mode="nearest")
+        support = None
+    else:
+        w = weight.astype(np.float32)
+        smooth = ndimage.gaussian_filter(data * w, sigma, mode="nearest")
+        support = ndimage.gaussian_filter(w, sigma, mode="nearest")
+    shape = np.asarray(data.shape)
+    new_shape = np.maximum(np.round(shape / factor).astype(int), 1)
+    offset = (shape - 1) / 2.0 - factor * (new_shape - 1) / 2.0
+    voxel_map = np.eye(4)
+    voxel_map[:3, :3] = np.diag(factor)
+    voxel_map[:3, 3] = offset
+    new_affine = affine @ voxel_map
+
+    def pull(array):
+        return ndimage.affine_transform(
+            array, np.diag(factor), offset, output_shape=tuple(new_shape), order=1, mode="nearest"
+        )
+
+    values = pull(smooth)
+    if support is None:
+        return values, np.ones(values.shape, np.float32), new_affine
+    support = pull(support)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.where(support > 1e-3, values / np.maximum(support, 1e-3), 0.0)
+    return values.astype(np.float32), support.astype(np.float32), new_affine
+
+
+def flatten_bias(values: np.ndarray, usable: np.ndarray, affine, sigma_mm: float) -> np.ndarray:
+    """Divide out a smooth multiplicative field: ``values / local mean of the head``.
+
+    The local mean is a normalised convolution over head voxels (bright, usable), so the
+    background and masked voxels do not darken it; where the head gives too little
+    support it falls back to the head's median. Applied to the template and the subject
+    alike, it leaves the anatomy's edges and removes the scanner's smooth bias field.
+    ``sigma_mm`` 0 returns ``values`` unchanged.
+    """
+    if sigma_mm <= 0:
+        return values
+    bright = np.percentile(values[usable], 99) if usable.any() else 0.0
+    head = usable & (values > HEAD_FRACTION * bright)
+    if not head.any():
+        return values
+    median = float(np.median(values[head]))
+    sigma = sigma_mm / voxel_sizes(affine)
+    h = head.astype(np.float32)
+    local_sum = ndimage.gaussian_filter(values * h, sigma, mode="constant")
+    local_weight = ndimage.gaussian_filter(h, sigma, mode="constant")
+    local_mean = (local_sum + _BIAS_FALLBACK_WEIGHT * median) / (
+        local_weight + _BIAS_FALLBACK_WEIGHT
+    )
+    return (values / local_mean).astype(np.float32)
+
+
+def build_levels(volume: Volume, levels: tuple[float, ...]) -> list[Level]:
+    """The subject's levels, coarse to fine, not bias-flattened.
+
+    The finest level is downsampled from the input, each coarser one from the next finer
+    (cheap); each level's mask holds the voxels mostly made of valid input.
+
+    Parameters
+    ----------
+    volume : Volume
+        Finite data; ``valid`` marks the voxels that may contribute.
+    levels : tuple of float
+        Distinct voxel sizes (mm), coarse to fine.
+    """
+    fine_to_coarse: list[Level] = []
+    data, weight, affine = volume.data, volume.valid, volume.affine
+    for spacing_mm in reversed(levels):
+        values, support, affine = level_grid(data, weight, affine, spacing_mm)
+        mask = support >= MIN_LEVEL_WEIGHT
+        fine_to_coarse.append(Level(values, affine, mask, spacing_mm))
+        data, weight = values, mask
+    return fine_to_coarse[::-1]
+
+
+def flattened(levels: list[Level], bias_sigma_mm: float) -> list[Level]:
+    """Each level with its bias field divided out (see :func:`flatten_bias`)."""
+    return [
+        Level(flatten_bias(level.data, level.mask, level.affine, bias_sigma_mm),
+              level.affine, level.mask, level.spacing_mm)
+        for level in levels
+    ]
+
+
+def subject_pyramid(
+    volume: Volume, levels: tuple[float, ...], bias_sigma_mm: float
+) -> list[Level]:
+    """The subject's levels (:func:`build_levels`), coarse to fine, each bias-flattened.
+
+    ``bias_sigma_mm`` is the width of the bias-field estimate (see
+    :func:`flatten_bias`); 0 disables it.
+    """
+    return flattened(build_levels(volume, levels), bias_sigma_mm)
+
+
+def centre_of_mass(data: np.ndarray, affine: np.ndarray, mask: np.ndarray | None = None):
+    """Intensity centre of mass (RAS mm) of the positive part of ``data`` within ``mask``
+    (None: everywhere)."""
+    weights = np.clip(data, 0, None)
+    if mask is not None:
+        weights = np.where(mask, weights, 0.0)
+    centre_vox = ndimage.center_of_mass(weights)
+    return affine[:3, :3] @ np.asarray(centre_vox) + affine[:3, 3]

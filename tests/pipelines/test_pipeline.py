@@ -1,0 +1,305 @@
+"""Pipelines as data: YAML loading, schema validation with clear errors, and hashing."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from dataclasses import dataclass
+from typing import Literal
+
+import nibabel as nib
+import numpy as np
+import pytest
+from scipy import ndimage
+
+import mriprep
+from mriprep.core.errors import PipelineConfigError
+from mriprep.pipelines.loader import (
+    coerce_value,
+    load_pipeline,
+    pipeline_from_dict,
+    pipelines_dir,
+    resolve_pipeline_path,
+)
+from mriprep.stages import StageOutput, stage
+from mriprep.inputs.templates import load_template
+
+
+@dataclass(frozen=True)
+class ProbeParams:
+    flag: bool = False
+    count: int = 3
+    scale: float = 1.0
+    mode: Literal["a", "b"] = "a"
+    spacing: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    limit: float | None = None
+    template: str = "mni152"
+
+
+@stage("test_pipeline_probe", ProbeParams)
+def _probe(volume, params):
+    return StageOutput(volume)
+
+
+def write_yaml(path, text):
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_template(tmp_path_factory):
+    """A 4 mm copy of the MNI152 template written as NIfTI: a user template file."""
+    mni = load_template("mni152")
+    affine = mni.affine.copy()
+    affine[:3, :3] *= 4
+    data = ndimage.zoom(mni.data, 0.25, order=1).astype(np.float32)
+    path = tmp_path_factory.mktemp("templates") / "small_mni.nii.gz"
+    nib.save(nib.Nifti1Image(data, affine), path)
+    return path
+
+
+def test_yaml_is_resolved_with_defaults_and_types(tmp_path, small_template):
+    path = write_yaml(
+        tmp_path / "probe.yaml",
+        f"""
+        name: probe
+        description: a probe
+        output_dtype: float16
+        stages:
+          - test_pipeline_probe
+          - test_pipeline_probe:
+              scale: 2          # an int where a float is expected is fine
+              spacing: [1, 1, 3]
+              limit: 1e30       # PyYAML reads this as text; a float field accepts it
+              template: {small_template.name}
+        """,
+    )
+    shutil.copy(small_template, tmp_path / small_template.name)
+    pipe = load_pipeline(path)
+    assert pipe.name == "probe" and pipe.output_dtype == "float16"
+    assert [s.name for s in pipe.steps] == ["test_pipeline_probe"] * 2
+    assert pipe.steps[0].params == ProbeParams()
+    second = pipe.steps[1].params
+    assert second.scale == 2.0 and isinstance(second.scale, float)
+    assert second.spacing == (1.0, 1.0, 3.0)
+    assert second.limit == 1e30
+    # Relative template paths are relative to the pipeline file, stored absolute.
+    assert second.template == str((tmp_path / small_template.name).resolve())
+    resolved = pipe.resolved()
+    assert resolved["stages"][0]["params"]["count"] == 3
+    assert "description" not in resolved
+
+
+def test_unknown_key_names_key_file_and_fix(tmp_path):
+    path = write_yaml(
+        tmp_path / "bad.yaml",
+        """
+        name: bad
+        stages:
+          - test_pipeline_probe:
+              scael: 2
+        """,
+    )
+    with pytest.raises(PipelineConfigError) as info:
+        load_pipeline(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "unknown key 'scael'" in message
+    assert "accepts: count, flag, limit, mode, scale, spacing, template" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("count", "3", "must be an integer"),
+        ("count", 2.5, "must be an integer"),
+        ("flag", "yes please", "must be true or false"),
+        ("scale", True, "must be a number"),
+        ("mode", "c", "must be one of 'a', 'b'"),
+        ("spacing", [1, 1], "must be a list of 3 values"),
+        ("limit", "lots", "must be number or null"),
+    ],
+)
+def test_wrong_type_names_key_value_and_expectation(key, value, expected):
+    doc = {"name": "bad", "stages": [{"test_pipeline_probe": {key: value}}]}
+    with pytest.raises(PipelineConfigError) as info:
+        pipeline_from_dict(doc, source="bad.yaml")
+    message = str(info.value)
+    assert "bad.yaml" in message
+    assert f"key {key!r} = {value!r} {expected}" in message
+
+
+def test_unknown_stage_and_every_problem_reported_at_once(tmp_path):
+    path = write_yaml(
+        tmp_path / "many.yaml",
+        """
+        name: many
+        output_dtype: float64
+        colour: blue
+        stages:
+          - reorinet
+          - test_pipeline_probe: {count: many}
+        """,
+    )
+    with pytest.raises(PipelineConfigError) as info:
+        load_pipeline(path)
+    message = str(info.value)
+    assert "has 4 problem(s)" in message
+    assert "unknown stage 'reorinet'; known stages: mask_slices, normalize" in message
+    assert "'output_dtype' = 'float64' is not supported; use one of float32, float16" in message
+    assert "unknown top-level key 'colour'" in message
+    assert "key 'count' = 'many' must be an integer" in message
+
+
+def test_missing_template_file_is_named_before_any_subject_runs(tmp_path):
+    path = write_yaml(
+        tmp_path / "tpl.yaml",
+        """
+        name: tpl
+        stages:
+          - test_pipeline_probe: {template: templates/missing.nii.gz}
+        """,
+    )
+    with pytest.raises(PipelineConfigError) as info:
+        load_pipeline(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "key 'template' = 'templates/missing.nii.gz'" in message
+    assert f"template file {tmp_path / 'templates/missing.nii.gz'} does not exist" in message
+    assert "builtin template: mni152" in message
+
+
+def test_unreadable_template_file_is_a_config_error(tmp_path):
+    (tmp_path / "notes.nii.gz").write_text("not an image")
+    doc = {"name": "tpl", "stages": [{"test_pipeline_probe": {"template": "notes.nii.gz"}}]}
+    with pytest.raises(PipelineConfigError, match="the template cannot be read"):
+        pipeline_from_dict(doc, source="tpl.yaml", base_dir=tmp_path)
+
+
+def test_stage_entries_must_be_names_or_one_key_mappings():
+    doc = {"name": "x", "stages": [{"test_pipeline_probe": None, "count": 2}]}
+    with pytest.raises(PipelineConfigError, match="check the indentation of its parameters"):
+        pipeline_from_dict(doc)
+
+
+def test_invalid_yaml_names_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\nstages: [reorient\n")
+    with pytest.raises(PipelineConfigError, match=f"pipeline file {path} is not valid YAML"):
+        load_pipeline(path)
+
+
+def test_hash_follows_content_not_wording_or_paths(tmp_path, small_template, monkeypatch):
+    def pipe(**params):
+        return pipeline_from_dict(
+            {"name": "h", "description": "words", "stages": [{"test_pipeline_probe": params}]},
+            base_dir=tmp_path,
+        )
+
+    base = pipe(template=str(small_template))
+    assert len(base.hash) == 64
+    assert pipe(template=str(small_template)).hash == base.hash
+    # Defaults written out explicitly resolve to the same configuration.
+    assert pipe(template=str(small_template), count=3).hash == base.hash
+    assert pipe(template=str(small_template), count=4).hash != base.hash
+    # The same template bytes under another name: same pipeline.
+    moved = tmp_path / "elsewhere.nii.gz"
+    shutil.copy(small_template, moved)
+    assert pipe(template=str(moved)).hash == base.hash
+    # Different template content: different pipeline.
+    img = nib.load(small_template)
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj) * 2, img.affine), moved)
+    assert pipe(template=str(moved)).hash != base.hash
+    reworded = pipeline_from_dict(
+        {"name": "h", "description": "other words",
+         "stages": [{"test_pipeline_probe": {"template": str(small_template)}}]}
+    )
+    assert reworded.hash == base.hash
+    monkeypatch.setattr(mriprep, "__version__", "99.0")
+    assert pipe(template=str(small_template)).hash != base.hash
+
+
+def test_names_resolve_from_the_pipelines_folder(tmp_path):
+    assert resolve_pipeline_path("conform_1mm") == pipelines_dir() / "conform_1mm.yaml"
+    with pytest.raises(PipelineConfigError) as info:
+        resolve_pipeline_path("conform_2mm")
+    assert "one of: conform_1mm, t1w_mni_rigid" in str(info.value)
+    with pytest.raises(PipelineConfigError, match="neither a YAML file"):
+        resolve_pipeline_path(tmp_path / "absent.yaml")
+
+
+def test_coerce_value_reads_yaml_lists_as_tuples():
+    assert coerce_value([1, 2.5, 3], tuple[float, float, float]) == (1.0, 2.5, 3.0)
+    assert coerce_value([0, 1, 2, 3], tuple[int, ...]) == (0, 1, 2, 3)
+    assert coerce_value(None, int | None) is None
+    with pytest.raises(ValueError, match="must be a list"):
+        coerce_value(3, tuple[int, ...])
+
+
+def test_shipped_pipelines_validate_and_say_what_they_do():
+    default = load_pipeline("t1w_mni_rigid")
+    assert [s.name for s in default.steps] == [
+        "reorient", "sanitize", "plausibility", "mask_slices", "register", "resample",
+        "normalize", "validate"]
+    assert default.params_of("register").template == "mni152"
+    # The output grid is the template's, not written in the YAML (see the swap test).
+    assert default.params_of("validate").expected_shape is None
+    assert default.templates() == ["mni152"]
+    conform = load_pipeline(pipelines_dir() / "conform_1mm.yaml")
+    assert [s.name for s in conform.steps] == [
+        "sanitize", "plausibility", "mask_slices", "normalize", "resample", "validate"]
+    # FastSurfer's grid: LIA along the world axes, centred at c_ras.
+    resample = conform.params_of("resample")
+    assert resample.orientation == "LIA" and resample.axis_aligned
+    assert resample.centre == "freesurfer"
+    assert conform.params_of("normalize").mode == "conform"
+    assert conform.params_of("resample").shape == (256, 256, 256)
+    assert conform.params_of("resample").spacing == (1.0, 1.0, 1.0)
+    assert conform.params_of("validate").expected_shape == (256, 256, 256)
+    # Stages that need the cache dtype inherit the pipeline's.
+    assert conform.params_of("sanitize").output_dtype == conform.output_dtype == "float32"
+    assert default.hash != conform.hash
+
+
+def test_register_without_resample_and_contradicting_dtypes_are_refused():
+    doc = {"name": "x", "output_dtype": "float16",
+           "stages": ["register", {"sanitize": {"output_dtype": "float32"}}]}
+    with pytest.raises(PipelineConfigError) as info:
+        pipeline_from_dict(doc, source="x.yaml")
+    message = str(info.value)
+    assert "add a 'resample' step after 'register'" in message
+    assert ("key 'output_dtype' = 'float32' contradicts the pipeline's output_dtype "
+            "'float16'") in message
+
+
+def test_an_output_orientation_after_register_is_refused_before_any_subject():
+    doc = {"name": "x", "stages": ["register", {"resample": {"orientation": "LIA"}}]}
+    with pytest.raises(PipelineConfigError, match="remove 'orientation' from the resample"):
+        pipeline_from_dict(doc, source="x.yaml")
+    conform = load_pipeline(pipelines_dir() / "conform_1mm.yaml")
+    assert conform.params_of("resample").orientation == "LIA"
+
+
+def test_a_non_editable_install_finds_the_shipped_pipelines(tmp_path):
+    """A wheel carries the YAML files as package data: installed into a fresh folder and
+    imported from there, the default pipeline and conform_1mm load by name."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w",
+                          str(wheel_dir), str(repo)], check=True, cwd=tmp_path)
+    (wheel,) = wheel_dir.glob("mriprep-*.whl")
+    subprocess.run(pip + ["install", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, cwd=tmp_path)
+    script = (f"import sys; sys.path.insert(0, {str(target)!r}); import mriprep; "
+              "from mriprep.pipelines import load_pipeline; "
+              "print(mriprep.__file__); print(load_pipeline().name, "
+              "load_pipeline('conform_1mm').name)")
+    out = subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path,
+                         capture_output=True, text=True).stdout.split("\n")
+    assert out[0].startswith(str(target))  # the installed copy, not the checkout
+    assert out[1] == "t1w_mni_rigid conform_1mm"
