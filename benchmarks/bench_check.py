@@ -32,7 +32,8 @@ import numpy as np
 
 from mriprep import check as chk
 from mriprep.check.tensors import block_edges
-from mriprep.cache import Cache, checksum_file, file_record, summary_of
+from mriprep.cache import Cache, file_record, summary_of
+from mriprep.core.hashing import checksum_file
 
 PIPELINE = hashlib.sha256(b"bench pipeline").hexdigest()
 SPLITS = ("train", "train", "train", "train", "train", "train", "train", "train", "val", "test")

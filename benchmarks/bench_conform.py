@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mriprep.demo.fastsurfer_conform import agreement, fastsurfer_conform  # noqa: E402
 from mriprep.core.errors import StageError  # noqa: E402
-from mriprep.inputs.io import load_volume  # noqa: E402
+from mriprep.inputs.readers import load_volume  # noqa: E402
 from mriprep.pipelines import load_pipeline  # noqa: E402
-from mriprep.run.cohort import output_tensors, run_stages  # noqa: E402
+from mriprep.run.subject import output_tensors, run_stages  # noqa: E402
 from mriprep.core.volume import Volume  # noqa: E402
 
 # Planted defects that change the image (the rest, a rescan or a leaked copy, do not).
@@ -62,7 +62,7 @@ def compare(name: str, volume: Volume, data: np.ndarray, affine: np.ndarray,
     row: dict[str, Any] = {"scan": name, "group": group}
     start = time.perf_counter()
     try:
-        out, _ = run_stages(volume, pipeline)
+        out = run_stages(volume, pipeline)
     except StageError as exc:
         row["refused"] = f"{exc.stage}: {exc.reason[:70]}"
         return row

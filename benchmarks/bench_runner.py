@@ -49,13 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mriprep.cache import Cache  # noqa: E402
 from mriprep.core.errors import MriprepError  # noqa: E402
 from mriprep.pipelines import Pipeline, load_pipeline  # noqa: E402
-from mriprep.run.cohort import (  # noqa: E402
-    SubjectTask,
-    process_subject,
-    run_cohort,
-    run_stages,
-    tasks_from_manifest,
-)
+from mriprep.inputs.manifest import ManifestRow  # noqa: E402
+from mriprep.run.cohort import cohort_rows, run_cohort  # noqa: E402
+from mriprep.run.subject import process_subject, run_stages  # noqa: E402
 from mriprep.run.scheduling import configure_worker  # noqa: E402
 
 from benchmarks.monai_baseline import MonaiProcess, monai_seconds  # noqa: E402
@@ -73,7 +69,7 @@ def fresh(folder: Path) -> Path:
 
 
 def measure_scaling(
-    tasks: list[SubjectTask], pipeline: Pipeline, work_dir: Path, workers=(1, 2),
+    tasks: list[ManifestRow], pipeline: Pipeline, work_dir: Path, workers=(1, 2),
     rounds: int = 2,
 ) -> list[dict[str, Any]]:
     """Subjects per minute and peak worker memory for each worker count.
@@ -112,9 +108,9 @@ def _scaling_run(tasks, pipeline, work_dir: Path, n: int) -> dict[str, Any]:
                         scheduler="processes", workers=n)
     per_worker: dict[str, float] = {}
     for r in result.results:
-        if r.get("worker"):
-            per_worker[r["worker"]] = max(per_worker.get(r["worker"], 0.0),
-                                          r.get("peak_rss_mb") or 0.0)
+        if r.worker:
+            per_worker[r.worker] = max(per_worker.get(r.worker, 0.0),
+                                       r.peak_rss_mb or 0.0)
     return {
         "benchmark": "scaling",
         "pipeline": pipeline.name,
@@ -124,7 +120,7 @@ def _scaling_run(tasks, pipeline, work_dir: Path, n: int) -> dict[str, Any]:
         "failed": result.count("failed"),
         "seconds": result.seconds,
         "subjects_per_min": round(len(tasks) / (result.seconds / 60), 2),
-        "parallelism": round(sum(r["seconds"] for r in result.results) / result.seconds, 2),
+        "parallelism": round(sum(r.seconds for r in result.results) / result.seconds, 2),
         "load_average_before": load_before,
         "peak_rss_mb_per_worker": round(max(per_worker.values(), default=0.0), 1),
         "goal_peak_rss_mb": GOALS["peak_rss_mb"],
@@ -134,9 +130,9 @@ def _scaling_run(tasks, pipeline, work_dir: Path, n: int) -> dict[str, Any]:
 # -- 2. overhead -----------------------------------------------------------------------
 
 
-def direct_loop_seconds(tasks: list[SubjectTask], pipeline: Pipeline) -> float:
+def direct_loop_seconds(tasks: list[ManifestRow], pipeline: Pipeline) -> float:
     """Load + every stage for each subject in a plain loop, no dask, no cache."""
-    from mriprep.inputs.io import load_volume
+    from mriprep.inputs.readers import load_volume
 
     start = time.perf_counter()
     for task in tasks:
@@ -149,7 +145,7 @@ def direct_loop_seconds(tasks: list[SubjectTask], pipeline: Pipeline) -> float:
 
 
 def measure_overhead(
-    tasks: list[SubjectTask], pipeline: Pipeline, work_dir: Path, rounds: int = 2
+    tasks: list[ManifestRow], pipeline: Pipeline, work_dir: Path, rounds: int = 2
 ) -> list[dict[str, Any]]:
     """The runner's time against the direct loop, both single-threaded in this process.
 
@@ -188,7 +184,7 @@ def _ratio(mriprep_s: float, monai: float | str, status: str) -> float | None:
 
 
 def measure_conform_vs_monai(
-    tasks: list[SubjectTask], pipeline: Pipeline, work_dir: Path
+    tasks: list[ManifestRow], pipeline: Pipeline, work_dir: Path
 ) -> list[dict[str, Any]]:
     """Per subject: mriprep's conform pipeline (with cache write) beside MONAI's chain,
     MONAI as shipped (its own default process) and with mriprep's worker settings."""
@@ -206,7 +202,7 @@ def measure_conform_vs_monai(
     grid = f"{orientation}, 1 mm" + (f", {shape}" if shape else "")
     cache_root = str(Cache(fresh(work_dir / "conform"), create=True).root)
 
-    def monai_here(task: SubjectTask, name: str) -> float | str:
+    def monai_here(task: ManifestRow, name: str) -> float | str:
         try:
             return round(monai_seconds(task.image, task.label,
                                        fresh(work_dir / name / task.subject_id),
@@ -216,7 +212,7 @@ def measure_conform_vs_monai(
 
     rows = []
     with MonaiProcess() as shipped:
-        def monai_shipped(task: SubjectTask) -> float | str:
+        def monai_shipped(task: ManifestRow) -> float | str:
             answer = shipped.seconds(task.image, task.label,
                                      fresh(work_dir / "monai" / task.subject_id),
                                      orientation, shape)
@@ -240,19 +236,19 @@ def measure_conform_vs_monai(
             os.sync()
             tuned = monai_here(task, "monai-tuned")
             stage_s = {name: round(m.get("seconds") or 0.0, 3)
-                       for name, m in result["metrics"].items()}
+                       for name, m in result.metrics.items()}
             rows.append({
                 "benchmark": "conform_vs_monai",
                 "subject_id": task.subject_id,
-                "mriprep_status": result["status"],
-                "mriprep_s": result["seconds"],
+                "mriprep_status": result.status,
+                "mriprep_s": result.seconds,
                 # load + stages alone; the rest is hashing, the cache write and checksums
                 "mriprep_stages_s": round(sum(stage_s.values()), 3),
                 "mriprep_stage_s": stage_s,
                 "monai_s": monai,
-                "ratio": _ratio(result["seconds"], monai, result["status"]),
+                "ratio": _ratio(result.seconds, monai, result.status),
                 "monai_tuned_s": tuned,
-                "ratio_vs_tuned": _ratio(result["seconds"], tuned, result["status"]),
+                "ratio_vs_tuned": _ratio(result.seconds, tuned, result.status),
                 "threads": {"mriprep": 1, "torch": torch.get_num_threads()},
                 "monai_grid": grid,
             })
@@ -303,7 +299,7 @@ def run(
             cohort = load_demo_cohort(root / "cohort")
         else:
             cohort = build_demo_cohort(root / "cohort", n_subjects=n_subjects, seed=0)
-        tasks = tasks_from_manifest(cohort.manifest)
+        tasks = cohort_rows(cohort.manifest)
         rows = []
         if not compare_only:
             main_pipeline = load_pipeline(pipeline)

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 from mriprep.demo import build_demo_cohort, load_demo_cohort  # noqa: E402
 from mriprep.demo.verify import as_reoriented  # noqa: E402
-from mriprep.inputs.io import load_volume  # noqa: E402
+from mriprep.inputs.readers import load_volume  # noqa: E402
 from mriprep.stages import get_stage  # noqa: E402
 from mriprep.core.volume import Volume  # noqa: E402
 

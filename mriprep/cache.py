@@ -53,12 +53,12 @@ import xxhash
 
 from mriprep.core.atomic import fsync_dir, write_text
 from mriprep.core.errors import CacheError
+from mriprep.core.hashing import checksum_file
 from mriprep.core.volume import jsonable
 
 FORMAT_NAME = "mriprep-cache"
 FORMAT_VERSION = 1
 TENSOR_NAMES = ("image", "valid", "label")
-_CHUNK = 4 << 20
 REQUIRED_META = (
     "subject_id",
     "session_id",
@@ -70,23 +70,6 @@ REQUIRED_META = (
     "shape",
     "provenance",
 )
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """SHA-256 hex digest of a file's bytes, streamed."""
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def checksum_file(path: str | os.PathLike) -> str:
-    """XXH3-128 hex digest of a file's bytes: the tensor checksum recorded in the index."""
-    digest = xxhash.xxh3_128()
-    with open(path, "rb", buffering=0) as fh:
-        buf = bytearray(_CHUNK)
-        view = memoryview(buf)
-        while n := fh.readinto(buf):
-            digest.update(view[:n])
-    return digest.hexdigest()
 
 
 def npy_header(array: np.ndarray) -> bytes:

@@ -20,7 +20,8 @@ from typing import Iterable
 
 import numpy as np
 
-from mriprep.cache import Cache, checksum_file, entry_key, summary_of
+from mriprep.cache import Cache, entry_key, summary_of
+from mriprep.core.hashing import checksum_file
 
 COPIED_SUFFIXES = {".json", ".csv"}  # small files that tests rewrite: real copies
 

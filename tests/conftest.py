@@ -45,11 +45,11 @@ def demo_cache(demo_cohort, tmp_path_factory) -> DemoCache:
     it, and a test that changes a cache changes a clone (``tests/cache_clone.py``).
     """
     from mriprep.pipelines import load_pipeline
-    from mriprep.run.cohort import run_cohort, tasks_from_manifest
+    from mriprep.run.cohort import run_cohort, cohort_rows
 
     root = tmp_path_factory.mktemp("demo_cache") / "cache"
     run = run_cohort(
-        tasks_from_manifest(demo_cohort.manifest),
+        cohort_rows(demo_cohort.manifest),
         root,
         load_pipeline("t1w_mni_rigid"),
         scheduler="processes",

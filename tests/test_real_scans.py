@@ -80,19 +80,19 @@ def test_shipped_pipelines_cache_the_real_scans_and_refuse_the_macaque(tmp_path,
     before any work, with its measures kept in the report."""
     from mriprep.demo.real_scans import real_scan
     from mriprep.pipelines import load_pipeline
-    from mriprep.run.cohort import run_cohort, tasks_from_manifest
+    from mriprep.run.cohort import run_cohort, cohort_rows
 
     manifest = tmp_path / "real.csv"
     names = ["colin27", "colin27_brain", "colin27_05mm", "macaque"]
     manifest.write_text("subject_id,image\n" + "".join(
         f"{name.replace('_', '-')},{real_scan(name)}\n" for name in names))
-    run = run_cohort(tasks_from_manifest(manifest), tmp_path / "cache",
+    run = run_cohort(cohort_rows(manifest), tmp_path / "cache",
                      load_pipeline(pipeline), scheduler="sync", manifest=manifest)
-    status = {r["subject_id"]: r for r in run.results}
+    status = {r.subject_id: r for r in run.results}
     for name in ("colin27", "colin27-brain", "colin27-05mm"):
-        assert status[name]["status"] == "cached", status[name].get("reason")
+        assert status[name].status == "cached", status[name].reason
     macaque = status["macaque"]
-    assert macaque["status"] == "failed" and macaque["stage"] == "plausibility"
-    measured = macaque["metrics"]["plausibility"]
+    assert macaque.status == "failed" and macaque.stage == "plausibility"
+    measured = macaque.metrics["plausibility"]
     assert measured["failed_checks"] == ["head_size"] and measured["head_length_mm"] < 100
-    assert "mm long" in macaque["reason"] and "human range" in macaque["reason"]
+    assert "mm long" in macaque.reason and "human range" in macaque.reason

@@ -53,7 +53,8 @@ from mriprep.check.manifest import (
     read_run_report,
 )
 from mriprep.check.report import CheckReport, by_label, summarise_splits
-from mriprep.splits import NEAR_DUPLICATE_THRESHOLD, Finding
+from mriprep.core.findings import Finding
+from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 
 
 def check_cache(

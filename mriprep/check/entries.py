@@ -16,7 +16,7 @@ import numpy as np
 from mriprep.cache import Cache
 from mriprep.check.report import entry_label
 from mriprep.check.tensors import CHUNK_BYTES, checksum_whole_file, scan_tensor_file
-from mriprep.splits import Finding
+from mriprep.core.findings import Finding
 
 
 @dataclass

@@ -10,15 +10,14 @@ from typing import Any, Iterable
 import numpy as np
 
 from mriprep.check.report import by_label, entry_label, subjects_of
+from mriprep.core.findings import Finding, named
 from mriprep.splits import (
     NEAR_DUPLICATE_THRESHOLD,
-    Finding,
     SplitItem,
     find_identical,
     find_near_duplicates,
     find_subject_leaks,
     find_unassigned,
-    named,
 )
 
 def well_formed_entries(

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from mriprep.check.entries import EntryScan
 from mriprep.check.report import by_label, entry_label, subjects_of
-from mriprep.splits import Finding
+from mriprep.core.findings import Finding
 
 LABEL_KEYS = ("allowed_labels", "label_values")
 

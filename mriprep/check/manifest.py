@@ -11,7 +11,7 @@ from typing import Any, Collection, Iterable
 
 from mriprep.core.errors import CacheError
 from mriprep.check.report import entry_label, subjects_of
-from mriprep.splits import Finding, named
+from mriprep.core.findings import Finding, named
 
 RUN_REPORT = Path("reports") / "latest.json"
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
-from mriprep.splits import Finding, FindingsMixin
+from mriprep.core.findings import Finding, FindingsMixin
 
 if TYPE_CHECKING:
     from mriprep.check.entries import EntryScan

@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 
-from mriprep.check import CheckReport, check_cache
+from mriprep.check import check_cache
 from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 from mriprep.check.manifest import read_exclusions
+from mriprep.check.render import render_report
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
-MAX_FINDINGS_PER_CODE = 20
 
 
 def parse_labels(text: str) -> list[int]:
@@ -141,60 +140,3 @@ class _progress_bar:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def render_report(report: CheckReport) -> str:
-    """The report as a table for people: header, per-split summary, findings, verdict."""
-    lines = [
-        f"mriprep check {report.cache}: {report.entries} entries, {len(report.splits)} split(s)"
-    ]
-    if report.pipeline_hashes:
-        hashes = ", ".join(f"{h[:12]} ({n})" for h, n in sorted(report.pipeline_hashes.items()))
-        lines.append(f"  pipeline hash(es): {hashes}")
-    if report.bytes_read:
-        lines.append(
-            f"  read {report.bytes_read / 1e6:.1f} MB in {report.read_seconds:.2f} s "
-            f"({report.read_mb_per_s:.0f} MB/s)"
-        )
-    search = report.near_duplicate_search
-    if search.get("method") and search["method"] != "skipped":
-        lines.append(
-            f"  near-duplicate search: {search['method']} over {search.get('entries')} "
-            f"fingerprints, {search.get('pairs_compared')} pairs compared"
-        )
-    if report.splits:
-        lines += ["", _split_table(report)]
-    by_code: dict[str, list] = defaultdict(list)
-    for finding in report.findings:
-        by_code[(finding.severity, finding.code)].append(finding)
-    if by_code:
-        lines.append("")
-    for (severity, code), findings in sorted(
-        by_code.items(), key=lambda kv: (kv[0][0] != "error", kv[0][1])
-    ):
-        for finding in findings[:MAX_FINDINGS_PER_CODE]:
-            lines.append(f"{severity.upper():<8}{code:<24}{finding.message}")
-        if len(findings) > MAX_FINDINGS_PER_CODE:
-            lines.append(
-                f"{'':<32}... and {len(findings) - MAX_FINDINGS_PER_CODE} more {code} "
-                "finding(s); see --json"
-            )
-    n_err, n_warn = len(report.errors), len(report.warnings)
-    verdict = "FAILED" if n_err else "OK"
-    lines += ["", f"{verdict}: {n_err} error(s), {n_warn} warning(s)"]
-    return "\n".join(lines)
-
-
-def _split_table(report: CheckReport) -> str:
-    header = f"{'split':<10}{'entries':>8}{'subjects':>10}{'invalid':>10}  label shares"
-    rows = [header]
-    for name, s in sorted(report.splits.items()):
-        shares = "  ".join(f"{v}:{share:.1%}" for v, share in list(s.label_shares.items())[:10])
-        if len(s.label_shares) > 10:
-            shares += f"  (+{len(s.label_shares) - 10} labels)"
-        if not shares:
-            shares = "(no labels)"
-        rows.append(
-            f"{name:<10}{s.entries:>8}{s.subjects:>10}{s.invalid_fraction:>10.2%}  {shares}"
-        )
-    return "\n".join(rows)

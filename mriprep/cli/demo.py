@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from mriprep.core.exit_codes import ExitCode
 from mriprep.demo import DEFAULT_SUBJECTS, build_demo_cohort, load_demo_cohort
 
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if not (args.run or args.check):
         print(f"demo: manifest {cohort.manifest}; preprocess it with\n"
               f"  mriprep run {cohort.manifest} -o {directory / 'cache'}")
-        return 0
+        return ExitCode.OK
 
     cache_dir = directory / "cache"
     results = None
@@ -83,11 +84,15 @@ def run(args: argparse.Namespace) -> int:
         results = _run(cohort, cache_dir, args.pipeline, args.workers)
     findings = _check(cohort, cache_dir) if args.check else None
     if results is None:
-        report = cache_dir / "reports" / "latest.json"
+        from mriprep.run.reports import latest_report_path
+        from mriprep.run.result import SubjectResult
+
+        report = latest_report_path(cache_dir)
         if not report.exists():
             print(f"demo: no run report at {report}; use --run", file=sys.stderr)
-            return 2
-        results = json.loads(report.read_text())["subjects"]
+            return ExitCode.USAGE
+        results = [SubjectResult.from_json(row)
+                   for row in json.loads(report.read_text())["subjects"]]
 
     from mriprep.demo.verify import format_verdicts, verify_demo_run
 
@@ -97,21 +102,21 @@ def run(args: argparse.Namespace) -> int:
     ok = all(v.ok for v in verdicts)
     print("demo: every planted defect was handled as designed" if ok
           else "demo: some planted defects were NOT handled as designed (see FAIL above)")
-    return 0 if ok else 1
+    return ExitCode.OK if ok else ExitCode.PROBLEMS
 
 
 def _run(cohort, cache_dir: Path, pipeline_name: str | None, workers: int | None):
     from mriprep.pipelines import DEFAULT_PIPELINE, load_pipeline
     from mriprep.run.progress import ProgressReporter
     from mriprep.run.reports import summary_text
-    from mriprep.run.cohort import run_cohort, tasks_from_manifest
+    from mriprep.run.cohort import run_cohort, cohort_rows
 
     pipeline = load_pipeline(pipeline_name or DEFAULT_PIPELINE)
-    tasks = tasks_from_manifest(cohort.manifest)
+    rows = cohort_rows(cohort.manifest)
     print(f"\n== mriprep run {cohort.manifest} -o {cache_dir} -p {pipeline.name}", flush=True)
-    progress = ProgressReporter(total=len(tasks))
+    progress = ProgressReporter(total=len(rows))
     try:
-        result = run_cohort(tasks, cache_dir, pipeline, workers=workers,
+        result = run_cohort(rows, cache_dir, pipeline, workers=workers,
                             on_result=progress, manifest=cohort.manifest)
     finally:
         progress.close()
@@ -121,7 +126,7 @@ def _run(cohort, cache_dir: Path, pipeline_name: str | None, workers: int | None
 
 def _check(cohort, cache_dir: Path):
     from mriprep.check import check_cache
-    from mriprep.cli.check import render_report
+    from mriprep.check.render import render_report
 
     print(f"\n== mriprep check {cache_dir} --manifest {cohort.manifest}", flush=True)
     report = check_cache(cache_dir, manifest=cohort.manifest)

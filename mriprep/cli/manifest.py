@@ -119,7 +119,8 @@ def _validate(path: Path, check_files: bool, headers: bool) -> int:
 
 
 def _header_problems(manifest) -> list[str]:
-    from mriprep.inputs.io import check_same_grid, read_header
+    from mriprep.inputs.labels import check_same_grid
+    from mriprep.inputs.readers import read_header
 
     problems = []
     for row in manifest:

@@ -14,7 +14,7 @@ import sys
 from mriprep.pipelines import DEFAULT_PIPELINE, available_pipelines, load_pipeline
 from mriprep.run.progress import ProgressReporter
 from mriprep.run.reports import summary_json, summary_text
-from mriprep.run.cohort import run_cohort, tasks_from_manifest
+from mriprep.run.cohort import run_cohort, cohort_rows
 from mriprep.run.scheduling import SCHEDULERS
 
 
@@ -68,20 +68,20 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # Everything that can be wrong with the configuration fails here, before any subject.
     pipeline = load_pipeline(args.pipeline)
-    tasks = tasks_from_manifest(args.manifest)
+    rows = cohort_rows(args.manifest)
     if args.workers and "://" in args.scheduler:
         print(f"mriprep run: --workers is ignored with a scheduler address; the cluster at "
               f"{args.scheduler} decides", file=sys.stderr)
     print(
-        f"mriprep run: {len(tasks)} subjects, pipeline {pipeline.name} "
+        f"mriprep run: {len(rows)} subjects, pipeline {pipeline.name} "
         f"({pipeline.hash[:12]}, {pipeline.source}), cache {args.output}, "
         f"scheduler {args.scheduler}",
         file=sys.stderr, flush=True,
     )
-    progress = ProgressReporter(total=len(tasks))
+    progress = ProgressReporter(total=len(rows))
     try:
         result = run_cohort(
-            tasks, args.output, pipeline,
+            rows, args.output, pipeline,
             scheduler=args.scheduler, workers=args.workers, force=args.force,
             threads_per_worker=args.threads_per_worker, on_result=progress,
             manifest=args.manifest,

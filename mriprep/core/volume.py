@@ -14,7 +14,9 @@ Conventions
   view after resampling).
 * ``label`` is an optional integer label map on the same grid.
 * ``pending`` holds a transform estimated by registration and not yet applied: the
-  resample stage applies it together with the change of grid in one interpolation.
+  resample stage applies it together with the change of grid in one interpolation, and
+  moves it to ``applied``, where the output checks find the grid it promised and the
+  cache finds the transform to store.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from nibabel.affines import voxel_sizes
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class PendingTransform:
     template_to_subject: np.ndarray
     target_shape: tuple[int, int, int]
     target_affine: np.ndarray
+    # How messages name the target grid, e.g. "registration template 'mni152'".
+    target_name: str = ""
 
     def __post_init__(self):
         m = np.asarray(self.template_to_subject, dtype=np.float64)
@@ -82,6 +87,7 @@ class Volume:
     source: str = ""
     provenance: tuple[StageRecord, ...] = ()
     pending: PendingTransform | None = None
+    applied: PendingTransform | None = None
 
     def __post_init__(self):
         data = np.asarray(self.data)
@@ -130,7 +136,7 @@ class Volume:
     @property
     def spacing(self) -> tuple[float, float, float]:
         """Voxel size in mm: the column norms of the affine's 3x3 part."""
-        return tuple(float(s) for s in np.linalg.norm(self.affine[:3, :3], axis=0))
+        return tuple(float(s) for s in voxel_sizes(self.affine))
 
     @property
     def name(self) -> str:

@@ -22,13 +22,16 @@ What "as designed" means:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import nibabel as nib
 import numpy as np
 
 from mriprep.stages.registration.geometry import target_registration_error
 from mriprep.stages.registration.template import template_brain_points
+
+if TYPE_CHECKING:
+    from mriprep.run.result import SubjectResult
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Against the known rigid truth of a synthetic person (the least-squares rigid part of
@@ -61,7 +64,7 @@ class Verdict:
 
 def verify_demo_run(
     truth: dict[str, Any],
-    results: Iterable[dict[str, Any]],
+    results: Iterable[SubjectResult],
     findings: Iterable[Any] | None = None,
     brain_points: np.ndarray | None = None,
 ) -> list[Verdict]:
@@ -72,9 +75,9 @@ def verify_demo_run(
     truth
         The demo's ``ground_truth.json`` document.
     results
-        The run's per-subject results (``RunResult.results`` or the report's
-        ``subjects``): ``subject_id``, ``session_id``, ``status``, ``stage``, ``reason``,
-        ``metrics``.
+        The run's per-subject :class:`~mriprep.run.result.SubjectResult` s
+        (``RunResult.results``, or the report's ``subjects`` read back with
+        ``SubjectResult.from_json``).
     findings
         The check's findings (objects with ``code`` and ``subjects``), or None when the
         check was not run: the leak then cannot be verified and is reported as such.
@@ -83,7 +86,7 @@ def verify_demo_run(
         brain voxel of the MNI152 template, see
         :func:`~mriprep.stages.registration.template.template_brain_points`).
     """
-    by_scan = {(r["subject_id"], r.get("session_id") or ""): r for r in results}
+    by_scan = {(r.subject_id, r.session_id or ""): r for r in results}
     verdicts: list[Verdict] = []
     points = None
     estimated: dict[str, Any] = {}
@@ -93,8 +96,8 @@ def verify_demo_run(
             verdicts.append(Verdict(name, "processed", False, "not in the run's results"))
             continue
         verdicts.append(_outcome(name, scan, result))
-        metrics = result.get("metrics") or {}
-        if result["status"] not in ("cached", "skipped"):
+        metrics = result.metrics or {}
+        if result.status not in ("cached", "skipped"):
             continue
         for defect in scan["defects"]:
             verdict = _defect_verdict(name, scan, defect, metrics, findings,
@@ -117,17 +120,17 @@ def verify_demo_run(
 
 
 def _outcome(name: str, scan: dict[str, Any], result: dict[str, Any]) -> Verdict:
-    status = result["status"]
+    status = result.status
     if scan["expected"] != "fail":
         ok = status in ("cached", "skipped")
-        detail = status if ok else f"failed at {result.get('stage')}: {result.get('reason')}"
+        detail = status if ok else f"failed at {result.stage}: {result.reason}"
         return Verdict(name, "cached", ok, detail)
     planted = ", ".join(d["kind"] for d in scan["defects"])
     causes = scan.get("expected_causes") or []
-    if status != "failed" or not result.get("reason"):
+    if status != "failed" or not result.reason:
         return Verdict(name, f"reported as failed ({planted})", False,
                        f"status {status!r}, but the planted {planted} must fail")
-    detail = f"failed at {result.get('stage')}: {result.get('reason')}"
+    detail = f"failed at {result.stage}: {result.reason}"
     if not causes:
         return Verdict(name, f"reported as failed ({planted})", True, detail)
     named = refusal_causes(result)
@@ -139,8 +142,8 @@ def _outcome(name: str, scan: dict[str, Any], result: dict[str, Any]) -> Verdict
 def refusal_causes(result: dict[str, Any]) -> list[str]:
     """What a failed subject's refusal names, as ``"stage.cause"``: the register stage's
     ``failure`` or every failed check of the plausibility stage."""
-    stage = result.get("stage")
-    metrics = (result.get("metrics") or {}).get(stage) or {}
+    stage = result.stage
+    metrics = (result.metrics or {}).get(stage) or {}
     if stage == "register" and metrics.get("failure"):
         return [f"register.{metrics['failure']}"]
     if stage == "plausibility":

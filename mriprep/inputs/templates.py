@@ -36,7 +36,7 @@ def load_template(name_or_path: str) -> Volume:
 
     ``"mni152"`` is nilearn's MNI152 2009 1 mm T1 (197x233x189), available offline, with
     exactly the voxels ``nilearn.datasets.load_mni152_template(resolution=1)`` gives.
-    Anything else is read as an image file with :func:`mriprep.inputs.io.load_volume`.
+    Anything else is read as an image file with :func:`mriprep.inputs.readers.load_volume`.
     """
     if name_or_path == "mni152":
         path = _nilearn_file(_MNI152_T1)
@@ -51,7 +51,7 @@ def load_template(name_or_path: str) -> Volume:
             data = np.asanyarray(img.dataobj).astype(np.float32)
             data /= data.max()
         return Volume.from_array(data, img.affine, subject_id="mni152", source="mni152")
-    from mriprep.inputs.io import load_volume
+    from mriprep.inputs.readers import load_volume
 
     return load_volume(Path(name_or_path))
 

@@ -38,7 +38,7 @@ import yaml
 
 import mriprep
 from mriprep.core.errors import PipelineConfigError
-from mriprep.stages import STAGE_MODULES, get_stage
+from mriprep.stages import STAGE_MODULES, all_stages, get_stage
 
 OUTPUT_DTYPES = ("float32", "float16", "uint8")
 TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "stages")
@@ -98,9 +98,9 @@ class Pipeline:
         """Every template (builtin name or absolute file path) the steps refer to."""
         found = []
         for step in self.steps:
-            for field in dataclasses.fields(step.params):
-                value = getattr(step.params, field.name)
-                if is_template_field(field.name) and value and value not in found:
+            for name in get_stage(step.name).template_fields:
+                value = getattr(step.params, name)
+                if value and value not in found:
                     found.append(value)
         return found
 
@@ -110,13 +110,6 @@ class Pipeline:
             if step.name == stage:
                 return step.params
         return None
-
-
-def is_template_field(name: str) -> bool:
-    """Parameter fields named ``template``, ``*_template`` or ``template_*`` (its brain
-    mask) hold a template reference: resolved against the pipeline file, hashed by
-    content."""
-    return name == "template" or name.endswith("_template") or name.startswith("template_")
 
 
 def resolve_pipeline_path(name_or_path: str | Path) -> Path:
@@ -232,8 +225,11 @@ def pipeline_from_dict(
         )
     else:
         base = Path(base_dir) if base_dir is not None else Path.cwd()
+        # Pipeline-level settings that stages may inherit (only valid values: an invalid
+        # one is already a problem of its own).
+        pipeline_fields = {"output_dtype": output_dtype} if output_dtype in OUTPUT_DTYPES else {}
         for position, entry in enumerate(raw_stages, start=1):
-            step = _parse_step(entry, position, base, output_dtype, problems)
+            step = _parse_step(entry, position, base, pipeline_fields, problems)
             if step is not None:
                 steps.append(step)
         problems.extend(_order_problems(steps))
@@ -252,13 +248,14 @@ def pipeline_from_dict(
 
 def pipeline_hash(pipe: Pipeline) -> str:
     """SHA-256 of the resolved configuration, the templates' content and the version."""
-    from mriprep.cache import sha256_file
+    from mriprep.core.hashing import sha256_file
     from mriprep.inputs.templates import is_builtin, load_template, template_digest
 
     config = pipe.resolved()
     for step in config["stages"]:
-        for key, value in step["params"].items():
-            if is_template_field(key) and value:
+        for key in get_stage(step["stage"]).template_fields:
+            value = step["params"][key]
+            if value:
                 # By content: the same template under another path is the same pipeline.
                 try:
                     # A file is hashed by its bytes, read now: template_digest's per-process
@@ -287,7 +284,8 @@ def pipeline_hash(pipe: Pipeline) -> str:
 
 
 def _parse_step(
-    entry: Any, position: int, base: Path, output_dtype: Any, problems: list[str]
+    entry: Any, position: int, base: Path, pipeline_fields: dict[str, Any],
+    problems: list[str],
 ) -> StageStep | None:
     where = f"stages[{position}]"
     if isinstance(entry, str):
@@ -337,20 +335,21 @@ def _parse_step(
         except ValueError as exc:
             problems.append(f"{where} ({stage_name}): key {key!r} = {value!r} {exc}")
             continue
-        if is_template_field(key) and coerced:
+        if key in stage_obj.template_fields and coerced:
             label = f"{where} ({stage_name}): key {key!r}"
             coerced = _resolve_template(coerced, label, base, problems)
         values[key] = coerced
-    if "output_dtype" in fields:
-        # A stage that needs the cache dtype (e.g. sanitize's float16 range) inherits the
-        # pipeline's; two different values in one file would contradict each other.
-        if "output_dtype" not in values and output_dtype in OUTPUT_DTYPES:
-            values["output_dtype"] = output_dtype
-        elif values.get("output_dtype", output_dtype) != output_dtype:
+    for key in stage_obj.inherits:
+        # A stage that needs a pipeline-level setting (e.g. sanitize's float16 range needs
+        # the cache dtype) inherits it; two different values in one file would contradict
+        # each other.
+        if key not in values and key in pipeline_fields:
+            values[key] = pipeline_fields[key]
+        elif key in values and values[key] != pipeline_fields.get(key, values[key]):
             problems.append(
-                f"{where} ({stage_name}): key 'output_dtype' = {values['output_dtype']!r} "
-                f"contradicts the pipeline's output_dtype {output_dtype!r}; remove the key "
-                "from the stage, it inherits the pipeline's"
+                f"{where} ({stage_name}): key {key!r} = {values[key]!r} contradicts the "
+                f"pipeline's {key} {pipeline_fields[key]!r}; remove the key from the stage, "
+                "it inherits the pipeline's"
             )
     if len(problems) > problems_before:
         return None
@@ -360,8 +359,8 @@ def _parse_step(
         # The dataclass's own __post_init__ checks (ranges, combinations) speak here.
         problems.append(f"{where} ({stage_name}): {exc}")
         return None
-    for key in fields:
-        if key not in values and is_template_field(key):
+    for key in stage_obj.template_fields:
+        if key not in values:
             default = getattr(params, key)
             if default:
                 label = f"{where} ({stage_name}): default {key!r}"
@@ -388,27 +387,34 @@ def _resolve_template(value: str, where: str, base: Path, problems: list[str]) -
 
 
 def _order_problems(steps: list[StageStep]) -> list[str]:
-    """Orderings no subject could survive, caught before the run rather than per subject."""
-    names = [s.name for s in steps]
+    """Orderings no subject could survive, caught before the run rather than per subject.
+
+    Each stage declares its constraints (see :class:`mriprep.stages.Stage`): a transform
+    handed over must be applied by a later step, a stage that must come last does, and
+    each stage's own check of what comes before it.
+    """
     problems = []
-    if "register" in names:
-        after = names[names.index("register") + 1 :]
-        if "resample" not in after:
-            problems.append(
-                "stage 'register' estimates a transform that only 'resample' applies; "
-                "add a 'resample' step after 'register'"
-            )
-    for step in steps:
-        if step.name == "resample" and "register" in names and step.params.orientation:
-            problems.append(
-                "stage 'resample' has an orientation, but after 'register' it writes the "
-                "template's grid, whose orientation is the template's; remove "
-                "'orientation' from the resample step"
-            )
-    if "validate" in names and names[-1] != "validate":
+    stages = [get_stage(step.name) for step in steps]
+    pending_from: str | None = None
+    for step, stage_obj in zip(steps, stages):
+        if stage_obj.order_check is not None:
+            problems.extend(stage_obj.order_check(step.params, pending_from is not None))
+        if stage_obj.applies_transform:
+            pending_from = None
+        if stage_obj.hands_over_transform:
+            pending_from = step.name
+    if pending_from is not None:
+        appliers = [s.name for s in all_stages() if s.applies_transform]
         problems.append(
-            "stage 'validate' checks the final output; move it to the end of 'stages'"
+            f"stage {pending_from!r} estimates a transform that only "
+            f"{' or '.join(repr(a) for a in appliers)} applies; add a {appliers[0]!r} step "
+            f"after {pending_from!r}"
         )
+    for position, stage_obj in enumerate(stages):
+        if stage_obj.last and position != len(stages) - 1:
+            problems.append(
+                f"stage {stage_obj.name!r} {stage_obj.last}; move it to the end of 'stages'"
+            )
     return problems
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
-
-from mriprep.run.reports import STATUSES, subject_name
+from mriprep.run.result import STATUSES, SubjectResult
 
 
 class ProgressReporter:
@@ -32,11 +30,10 @@ class ProgressReporter:
             self.bar = tqdm(total=total, unit="subj", file=self.stream, dynamic_ncols=True,
                             desc="mriprep run", smoothing=0.1)
 
-    def __call__(self, result: dict[str, Any]) -> None:
-        self.counts[result["status"]] += 1
-        if result["status"] == "failed":
-            self._say(f"FAILED {subject_name(result)} at {result['stage']}: "
-                      f"{result['reason']}")
+    def __call__(self, result: SubjectResult) -> None:
+        self.counts[result.status] += 1
+        if result.failed:
+            self._say(f"FAILED {result.name} at {result.stage}: {result.reason}")
         if self.bar is not None:
             self.bar.set_postfix(self.counts, refresh=False)
             self.bar.update(1)
@@ -64,7 +61,6 @@ class ProgressReporter:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
 
 
 def _duration(seconds: float) -> str:

@@ -19,35 +19,27 @@ from typing import TYPE_CHECKING, Any
 import mriprep
 from mriprep.cache import Cache
 from mriprep.core.volume import jsonable
+from mriprep.run.result import REPORT_COLUMNS
 
 if TYPE_CHECKING:
     from mriprep.run.cohort import RunResult
 
-STATUSES = ("cached", "skipped", "failed")
 REPORT_FORMAT = "mriprep-run-report"
 REPORT_VERSION = 1
-REPORT_COLUMNS = (
-    "subject_id", "session_id", "split", "status", "stage", "reason", "key", "seconds",
-)
+# The last run's report, in the cache's reports folder; every run also keeps a copy.
+LATEST_REPORT = "latest.json"
 
 
-def report_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The per-subject report rows (results without the index summaries)."""
-    keep = REPORT_COLUMNS + ("metrics", "warnings", "peak_rss_mb", "worker")
-    rows = []
-    for result in results:
-        row = {k: result.get(k) for k in keep}
-        if result.get("traceback"):  # an unexpected error: where it came from
-            row["traceback"] = result["traceback"]
-        rows.append(row)
-    return rows
+def latest_report_path(cache_root: str | os.PathLike) -> Path:
+    """Where the last run's report of a cache is (it may not exist)."""
+    return Path(cache_root) / "reports" / LATEST_REPORT
 
 
 def write_reports(
     cache: Cache, run: RunResult, started: datetime, manifest: Any = None
 ) -> dict[str, Path]:
     """Write ``reports/latest.{json,csv}`` and a timestamped copy of each."""
-    rows = report_rows(run.results)
+    rows = [result.to_json() for result in run.results]
     doc = {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -67,8 +59,8 @@ def write_reports(
     csv_text = report_csv(rows)
     stamp = f"{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}"
     return {
-        "json": cache.write_report("latest.json", json_text),
-        "csv": cache.write_report("latest.csv", csv_text),
+        "json": cache.write_report(LATEST_REPORT, json_text),
+        "csv": cache.write_report(Path(LATEST_REPORT).with_suffix(".csv").name, csv_text),
         "json_copy": cache.write_report(f"run-{stamp}.json", json_text),
         "csv_copy": cache.write_report(f"run-{stamp}.csv", csv_text),
     }
@@ -98,7 +90,6 @@ def report_csv(rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-
 def summary_text(run: RunResult) -> str:
     """The closing lines of a run: counts, skips said out loud, and every failure."""
     counts = run.counts()
@@ -115,7 +106,7 @@ def summary_text(run: RunResult) -> str:
         )
     if run.failed:
         lines.append(f"{len(run.failed)} subject(s) failed and were not cached:")
-        lines += [f"  {subject_name(r)} at {r['stage']}: {r['reason']}" for r in run.failed]
+        lines += [f"  {r.name} at {r.stage}: {r.reason}" for r in run.failed]
     if run.report_paths:
         lines.append(f"report: {run.report_paths['json']} (and .csv)")
     return "\n".join(lines)
@@ -132,14 +123,7 @@ def summary_json(run: RunResult) -> dict[str, Any]:
         "counts": run.counts(),
         "exit_code": run.exit_code,
         "reports": {k: str(v) for k, v in run.report_paths.items()},
-        "failed": [{k: r[k] for k in ("subject_id", "session_id", "stage", "reason")}
+        "failed": [{k: getattr(r, k) for k in ("subject_id", "session_id", "stage", "reason")}
                    for r in run.failed],
-        "subjects": [{k: r.get(k) for k in REPORT_COLUMNS} for r in run.results],
+        "subjects": [{k: getattr(r, k) for k in REPORT_COLUMNS} for r in run.results],
     })
-
-
-
-def subject_name(result: dict[str, Any]) -> str:
-    """A subject as people read it: its id, and its session when it has one."""
-    sid, ses = result["subject_id"], result.get("session_id")
-    return f"{sid} (session {ses})" if ses else sid

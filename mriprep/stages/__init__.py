@@ -13,6 +13,13 @@ the CLI touch disk (the one exception is the read-only, per-process cached templ
 Parameter fields may only use these types, so that YAML can express them and the loader
 can check them: ``bool``, ``int``, ``float``, ``str``, ``typing.Literal[...]`` of strings,
 ``tuple[float, float, float]`` / ``tuple[int, int, int]``, and ``X | None`` of those.
+
+What the pipeline loader and the runner need from a stage, the stage declares when it
+registers (see :class:`Stage`): the pipeline-level fields it inherits (``output_dtype``),
+the parameters that hold a template, whether it hands a transform to a later stage or
+applies one, whether it must come last, its own checks of the steps around it, and what
+it adds to a cache entry (sidecar fields, extra files). No stage name appears outside
+its own module: the loader and the runner read these declarations.
 """
 
 from __future__ import annotations
@@ -52,11 +59,49 @@ class StageOutput:
     warnings: list[str] = field(default_factory=list)
 
 
+# A stage's check of the pipeline around it: (its params, the transforms handed over by
+# earlier steps and not yet applied) -> problems, each a sentence with the fix.
+OrderCheck = Callable[[Any, bool], "list[str]"]
+# What a stage adds to a cache entry, from its params and the final volume.
+EntryMeta = Callable[[Any, Volume], "dict[str, Any]"]
+EntryFiles = Callable[[Any, Volume], "dict[str, str]"]
+
+
 @dataclass(frozen=True)
 class Stage:
+    """A registered stage: its function, its parameter schema and its declarations.
+
+    Attributes
+    ----------
+    inherits
+        Pipeline-level fields (``output_dtype``) copied into the stage's parameters of
+        the same name; a different value in the stage's own parameters is an error.
+    template_fields
+        Parameters that name a template (a builtin name or an image path): resolved
+        against the pipeline file's folder and hashed by content.
+    hands_over_transform
+        The stage leaves ``Volume.pending`` set: a later step must apply it.
+    applies_transform
+        The stage applies (and clears) ``Volume.pending``.
+    last
+        Why the stage must be the last step (None: it may go anywhere).
+    order_check
+        The stage's own check of its place in a pipeline (see :data:`OrderCheck`).
+    entry_meta, entry_files
+        Sidecar fields and extra files (name -> text) the stage adds to a cache entry.
+    """
+
     name: str
     params_type: type
     func: Callable[[Volume, Any], StageOutput]
+    inherits: tuple[str, ...] = ()
+    template_fields: tuple[str, ...] = ()
+    hands_over_transform: bool = False
+    applies_transform: bool = False
+    last: str | None = None
+    order_check: OrderCheck | None = None
+    entry_meta: EntryMeta | None = None
+    entry_files: EntryFiles | None = None
 
     def __call__(self, volume: Volume, params: Any = None, **overrides) -> Volume:
         """Run the stage on ``volume``; ``params`` or keyword overrides of the defaults."""
@@ -80,17 +125,28 @@ class Stage:
         return out.volume.with_record(record)
 
 
-def stage(name: str, params_type: type):
-    """Register a stage function under ``name`` with its parameter dataclass."""
+def stage(name: str, params_type: type, **declarations):
+    """Register a stage function under ``name`` with its parameter dataclass and its
+    declarations (the keyword fields of :class:`Stage`)."""
     if not dataclasses.is_dataclass(params_type):
         raise TypeError(f"stage {name!r}: params_type must be a dataclass")
+    fields = {f.name for f in dataclasses.fields(params_type)}
+    for field_name in declarations.get("inherits", ()) + declarations.get("template_fields", ()):
+        if field_name not in fields:
+            raise TypeError(f"stage {name!r} declares {field_name!r}, not a parameter field")
 
     def decorate(func):
-        wrapped = Stage(name=name, params_type=params_type, func=func)
+        wrapped = Stage(name=name, params_type=params_type, func=func, **declarations)
         _REGISTRY[name] = wrapped
         return wrapped
 
     return decorate
+
+
+def all_stages() -> list[Stage]:
+    """Every stage, its module imported (for messages that name the stages able to
+    fix a pipeline; a normal run imports only the stages it uses)."""
+    return [get_stage(name) for name in STAGE_MODULES]
 
 
 def get_stage(name: str) -> Stage:

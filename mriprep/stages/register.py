@@ -111,8 +111,11 @@ for voxel), so a mirrored brain registers to it as well as the original.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -122,9 +125,7 @@ from mriprep.stages.registration.ants_backend import register_ants
 from mriprep.stages.registration.geometry import (
     RAS_TO_LPS,
     euler_from_matrix,
-    matrix_from_sitk,
     ras_to_lps,
-    target_registration_error,
     to_sitk_transform,
 )
 from mriprep.stages.registration.checks import (
@@ -144,7 +145,6 @@ from mriprep.stages.registration.search import (
 from mriprep.stages.registration.sitk_backend import rank_starts, register_sitk
 from mriprep.stages.registration.template import (
     search_reach,
-    template_brain_points,
     template_pyramid,
     template_search_windows,
     template_tilted_windows,
@@ -152,18 +152,12 @@ from mriprep.stages.registration.template import (
 from mriprep.stages import StageOutput, stage
 from mriprep.core.volume import PendingTransform, Volume
 
-__all__ = [
-    "RegisterParams",
-    "RegistrationResult",
-    "prepare_template",
-    "register",
-    "register_volume",
-    # Re-exported from mriprep.stages.registration for the runner and older callers.
-    "matrix_from_sitk",
-    "target_registration_error",
-    "template_brain_points",
-    "to_sitk_transform",
-]
+__all__ = ["RegisterParams", "RegistrationResult", "prepare_template", "register",
+           "register_volume"]
+
+# The transform an entry stores next to its tensors, in ITK's format (any ITK/ANTs tool
+# reads it, e.g. to apply it to another image of the subject).
+TRANSFORM_FILE = "transform.tfm"
 
 _BACKENDS = {"sitk": register_sitk, "ants": register_ants}
 
@@ -521,7 +515,33 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
     return ras_to_lps(ranked[winner][1]), details
 
 
-@stage("register", RegisterParams)
+def _entry_meta(params: RegisterParams, volume: Volume) -> dict:
+    """The applied transform in the entry's sidecar (RAS+, template to subject)."""
+    if volume.applied is None:
+        return {}
+    return {"template_to_subject": volume.applied.template_to_subject.tolist(),
+            "transform_file": TRANSFORM_FILE}
+
+
+def _entry_files(params: RegisterParams, volume: Volume) -> dict[str, str]:
+    if volume.applied is None:
+        return {}
+    return {TRANSFORM_FILE: itk_transform_text(volume.applied.template_to_subject)}
+
+
+def itk_transform_text(template_to_subject: np.ndarray) -> str:
+    """The registration transform as an ITK ``.tfm`` text file (LPS, as ITK expects)."""
+    import SimpleITK as sitk
+
+    transform = to_sitk_transform(np.asarray(template_to_subject))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, TRANSFORM_FILE)
+        sitk.WriteTransform(transform, path)
+        return Path(path).read_text()
+
+
+@stage("register", RegisterParams, template_fields=("template", "template_brain_mask"),
+       hands_over_transform=True, entry_meta=_entry_meta, entry_files=_entry_files)
 def register(volume: Volume, params: RegisterParams) -> StageOutput:
     """Estimate the rigid template-to-subject transform; hand it to resample.
 
@@ -559,5 +579,6 @@ def register(volume: Volume, params: RegisterParams) -> StageOutput:
         template_to_subject=result.template_to_subject,
         target_shape=template.shape,
         target_affine=template.affine,
+        target_name=f"registration template {params.template!r}",
     )
     return StageOutput(volume.replace(pending=pending), result.metrics(), warnings)

@@ -831,7 +831,22 @@ def _finite_data(volume: Volume, params: ResampleParams) -> np.ndarray:
     return np.where(finite, volume.data, np.float32(0.0))
 
 
-@stage("resample", ResampleParams)
+def _orientation_conflict(orientation: str) -> str:
+    return (
+        f"orientation {orientation!r} is set, but a registration hands over the "
+        "template's grid, whose orientation is the template's; remove 'orientation' from "
+        "the resample step"
+    )
+
+
+def _order_check(params: ResampleParams, transform_pending: bool) -> list[str]:
+    """Refused when the pipeline loads: an orientation after a registration."""
+    if transform_pending and params.orientation:
+        return [f"stage 'resample': {_orientation_conflict(params.orientation)}"]
+    return []
+
+
+@stage("resample", ResampleParams, applies_transform=True, order_check=_order_check)
 def resample(volume: Volume, params: ResampleParams) -> StageOutput:
     """Apply the pending registration (if any) and the target grid in one interpolation.
 
@@ -861,13 +876,7 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
     centre = grid_centre(volume.affine, volume.shape, params.centre)
     if params.orientation is not None:
         if volume.pending is not None:
-            raise StageError(
-                "resample",
-                f"orientation {params.orientation!r} is set, but a registration hands over "
-                "the template's grid, whose orientation is the template's; remove "
-                "'orientation' from the resample step",
-                volume.name,
-            )
+            raise StageError("resample", _orientation_conflict(params.orientation), volume.name)
         # Views: the output grid is written below in one pass, reordering included.
         volume = reoriented(volume, params.orientation, contiguous=False)
     data = _finite_data(volume, params)
@@ -917,7 +926,8 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
             volume, data, vox_map, out_shape, kernel, params.label_interpolation
         )
     invalid_fraction = 1.0 - float(np.count_nonzero(valid)) / valid.size
-    out = volume.replace(data=data, valid=valid, label=label, affine=out_affine, pending=None)
+    out = volume.replace(data=data, valid=valid, label=label, affine=out_affine, pending=None,
+                         applied=pending if pending is not None else volume.applied)
     metrics = {
         "grid": grid_source,
         "shape": list(out.shape),

@@ -334,7 +334,7 @@ def constant_level(data: np.ndarray, usable: np.ndarray) -> float | None:
     return float(lowest) if lowest == highest else None
 
 
-@stage("sanitize", SanitizeParams)
+@stage("sanitize", SanitizeParams, inherits=("output_dtype",))
 def sanitize(volume: Volume, params: SanitizeParams) -> StageOutput:
     """Count and fill NaN, +/-Inf and extreme voxels; mark them invalid.
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from nibabel.affines import voxel_sizes
 
 from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
@@ -100,19 +101,16 @@ class ValidateParams:
 
 
 def _expected_grid(volume: Volume, params: ValidateParams):
-    """(shape, spacing, who promised them): the configured grid, else the registration
-    template's grid when the volume was registered (the grid resample must have put it
-    on), else nothing to check."""
+    """(shape, spacing, who promised them): the configured grid, else the grid of the
+    registration transform the volume was resampled with (the template's), else nothing
+    to check."""
     if params.expected_shape is not None or params.expected_spacing is not None:
         return params.expected_shape, params.expected_spacing, ""
-    registered = volume.record_of("register")
-    template = registered.params.get("template") if registered is not None else None
-    if not template:
+    applied = volume.applied
+    if applied is None:
         return None, None, ""
-    from mriprep.inputs.templates import load_template
-
-    grid = load_template(str(template))
-    return grid.shape, grid.spacing, f" (the grid of registration template {template!r})"
+    spacing = tuple(float(s) for s in voxel_sizes(applied.target_affine))
+    return applied.target_shape, spacing, f" (the grid of {applied.target_name})"
 
 
 # Output grids are orthogonal up to float32 rounding of the input's affine (~1e-5 deg).
@@ -226,7 +224,15 @@ def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
     return problems
 
 
-@stage("validate", ValidateParams)
+def _entry_meta(params: ValidateParams, volume: Volume) -> dict:
+    """The allowed label values, for ``mriprep check`` to test every entry against."""
+    if params.allowed_labels is None:
+        return {}
+    return {"label_values": [int(v) for v in params.allowed_labels]}
+
+
+@stage("validate", ValidateParams, inherits=("output_dtype",),
+       last="checks the final output", entry_meta=_entry_meta)
 def validate(volume: Volume, params: ValidateParams) -> StageOutput:
     """Check the output invariants; pass the volume through unchanged.
 

@@ -55,24 +55,18 @@ A ``transform`` that draws from global RNGs is reproducible with the processes b
 only (torch seeds each worker from the loader's seeded generator).
 """
 
-from mriprep.training.dataset import (
-    DEFAULT_PATCH_SIZE,
-    MODES,
-    BufferPool,
-    MRIDataset,
-    SampleKey,
-    collate,
-    draw_seed,
-)
+from mriprep.training.buffers import BufferPool, collate
+from mriprep.training.dataset import MRIDataset
 from mriprep.training.loader import (
     BACKENDS,
     DEFAULT_BATCH_SIZE,
-    EpochSampler,
     MRIDataLoader,
     default_num_workers,
     make_dataloader,
     to_device,
 )
+from mriprep.training.options import DEFAULT_PATCH_SIZE, MODES
+from mriprep.training.sampling import EpochSampler, SampleKey, draw_seed
 
 __all__ = [
     "BACKENDS", "DEFAULT_BATCH_SIZE", "DEFAULT_PATCH_SIZE", "MODES", "BufferPool",

@@ -1,54 +1,47 @@
 """The cache as a torch Dataset: :class:`MRIDataset` and how it reads items.
 
 Items are read straight into batch tensors handed out by an allocator (reused,
-shared-memory or fresh buffers, below); :mod:`mriprep.training` explains the read path and
+shared-memory or fresh buffers, see :mod:`mriprep.training.buffers`); the entries and
+options are checked at opening (:mod:`~mriprep.training.entries`,
+:mod:`~mriprep.training.options`). :mod:`mriprep.training` explains the read path and
 the randomness, and :mod:`mriprep.training.loader` drives it.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import os
-import sys
 import threading
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
-from torch.utils.data._utils.collate import default_collate
 
 from mriprep.cache import Cache, EntryRef
 from mriprep.core.errors import CacheError
-
-MODES = ("volume", "patch", "slice")
-DEFAULT_PATCH_SIZE = (96, 96, 96)
+from mriprep.training.buffers import (
+    Allocator,
+    BufferPool,
+    PreCollated,
+    fresh_tensor,
+    shared_tensor,
+)
+from mriprep.training.entries import check_files, resolve_labels, split_entries
+from mriprep.training.options import (
+    MODES,
+    as_fraction,
+    as_patch_size,
+    as_positive_int,
+    refuse_options_of_other_modes,
+)
+from mriprep.training.sampling import SampleKey, draw_seed
 
 # Random centre draws before falling back to listing candidate voxels: with a brain's
 # valid mask or tissue labels a draw hits within a few tries and reads a few bytes.
 _CENTRE_TRIES = 32
 # Candidate centres kept per entry after a fallback scan (int16 triplets, 24 KB).
 _MAX_CANDIDATES = 4096
-
-_NUMPY_DTYPES = {torch.float32: np.float32, torch.bool: np.bool_, torch.int64: np.int64}
-
-Allocator = Callable[[tuple, torch.dtype], torch.Tensor]
-
-
-class SampleKey(NamedTuple):
-    """What a sampler hands the dataset: an item index and the epoch's draw seed."""
-
-    index: int
-    draw_seed: int
-
-
-def draw_seed(seed: int, epoch: int) -> int:
-    """The seed of every random draw in one epoch (independent of workers and threads)."""
-    return int(np.random.SeedSequence([int(seed), int(epoch)]).generate_state(1)[0])
-
-
-# -- the dataset -------------------------------------------------------------------------
 
 
 class MRIDataset(Dataset):
@@ -124,7 +117,7 @@ class MRIDataset(Dataset):
     ):
         if mode not in MODES:
             raise ValueError(f"MRIDataset: unknown mode {mode!r}; choose one of {MODES}")
-        _refuse_options_of_other_modes(
+        refuse_options_of_other_modes(
             mode,
             patch=dict(
                 patch_size=patch_size,
@@ -140,19 +133,19 @@ class MRIDataset(Dataset):
         self.mode = mode
         self.transform = transform
         self.seed = int(seed)
-        self.entries: list[EntryRef] = _split_entries(self.cache, split)
+        self.entries: list[EntryRef] = split_entries(self.cache, split)
         self.pipeline_hash = self.entries[0].pipeline_hash
-        self.labels = _resolve_labels(self.cache, split, self.entries, labels)
-        _check_files(self.cache, self.entries, self.labels)
+        self.labels = resolve_labels(self.cache, split, self.entries, labels)
+        check_files(self.cache, self.entries, self.labels)
         self.shapes = [tuple(int(s) for s in e.summary["shape"]) for e in self.entries]
         self.affines = [np.asarray(e.summary["affine"], dtype=np.float64) for e in self.entries]
 
         if mode == "patch":
-            self.patch_size = _patch_size(patch_size)
-            self.samples_per_volume = _positive_int(
+            self.patch_size = as_patch_size(patch_size)
+            self.samples_per_volume = as_positive_int(
                 "samples_per_volume", 4 if samples_per_volume is None else samples_per_volume
             )
-            self.foreground_fraction = _fraction(
+            self.foreground_fraction = as_fraction(
                 "foreground_fraction", 0.0 if foreground_fraction is None else foreground_fraction
             )
             if self.foreground_fraction > 0 and not self.labels:
@@ -172,7 +165,7 @@ class MRIDataset(Dataset):
                     f"MRIDataset: context (neighbouring slices on each side) must be an "
                     f"int >= 0, got {self.context!r}"
                 )
-            self.min_valid_fraction = _fraction(
+            self.min_valid_fraction = as_fraction(
                 "min_valid_fraction", 0.5 if min_valid_fraction is None else min_valid_fraction
             )
             self.slices = self._list_usable_slices()
@@ -205,7 +198,7 @@ class MRIDataset(Dataset):
         return len(self.slices)
 
     def __getitem__(self, key: int | SampleKey) -> dict[str, Any]:
-        items = self.load_items([key], _fresh_tensor)
+        items = self.load_items([key], fresh_tensor)
         return items[0]
 
     def __getitems__(self, keys: Sequence[int | SampleKey]) -> list[dict[str, Any]]:
@@ -213,7 +206,7 @@ class MRIDataset(Dataset):
         worker = get_worker_info() is not None
         # In a worker the batch must end up in shared memory to reach the main process:
         # allocating it there now saves the copy torch would make when sending it.
-        return self.load_items(keys, _shared_tensor if worker else self._pool.allocate)
+        return self.load_items(keys, shared_tensor if worker else self._pool.allocate)
 
     def __repr__(self) -> str:
         return (
@@ -243,12 +236,13 @@ class MRIDataset(Dataset):
         """Read items into tensors from ``allocate(shape, dtype)``.
 
         Without a transform the items are views into one batch tensor per field, and the
-        returned list carries the collated batch (``.batch``) for :func:`collate`. With a
-        transform every item gets its own tensors and goes through the transform.
+        returned list carries the collated batch (``.batch``) for
+        :func:`~mriprep.training.buffers.collate`. With a transform every item gets its
+        own tensors and goes through the transform.
         """
         keys = [self._resolve_key(k) for k in keys]
         if self.transform is not None:
-            return [self.transform(self._read([k], _fresh_tensor)[0]) for k in keys]
+            return [self.transform(self._read([k], fresh_tensor)[0]) for k in keys]
         return self._read(keys, allocate)
 
     # -- reading -----------------------------------------------------------------------
@@ -265,7 +259,7 @@ class MRIDataset(Dataset):
             raise IndexError(f"index {key!r} out of range for {self!r}")
         return SampleKey(index, seed)
 
-    def _read(self, keys: list[SampleKey], allocate: Allocator) -> "_PreCollated":
+    def _read(self, keys: list[SampleKey], allocate: Allocator) -> "PreCollated":
         spatial = {self.item_shape(k.index) for k in keys}
         if len(spatial) > 1:
             raise ValueError(
@@ -290,7 +284,7 @@ class MRIDataset(Dataset):
         batch["subject_id"] = [x.pop("subject_id") for x in extras]
         for name in extras[0]:
             batch[name] = torch.stack([torch.as_tensor(x[name]) for x in extras])
-        return _PreCollated.of(batch)
+        return PreCollated.of(batch)
 
     def _map(self, entry: int, name: str) -> np.ndarray:
         """One tensor of an entry, memory-mapped read-only (never unpickled)."""
@@ -421,183 +415,3 @@ class MRIDataset(Dataset):
                 "lower min_valid_fraction or check the masks with `mriprep check`"
             )
         return slices
-
-
-class _PreCollated(list):
-    """Item dicts that are views into one batch, carrying that batch for :func:`collate`.
-
-    A plain ``default_collate`` still sees a list of dicts and stacks them.
-    """
-
-    batch: dict[str, Any]
-
-    @classmethod
-    def of(cls, batch: dict[str, Any]) -> "_PreCollated":
-        n = len(batch["subject_id"])
-        items = cls({name: value[j] for name, value in batch.items()} for j in range(n))
-        items.batch = batch
-        return items
-
-
-def collate(items: list[dict]) -> dict[str, Any]:
-    """Collate items: free for batches read by :meth:`MRIDataset.load_items`."""
-    if isinstance(items, _PreCollated):
-        return items.batch
-    return default_collate(items)
-
-
-# -- buffers -----------------------------------------------------------------------------
-
-
-class BufferPool:
-    """Reused numpy-backed tensors: a buffer returns to service once nothing refers to it.
-
-    A tensor from :meth:`allocate` wraps a numpy array the pool keeps; the tensor's storage
-    holds a reference to that array, and so does every view of it. When the reference
-    count of the array is back to the pool's own, no batch, view or item uses it any more
-    and it can be overwritten. Reuse avoids the page faults of fresh memory (4 KiB each,
-    the difference between ~1 and ~5 GB/s). Beyond ``max_free`` buffers of one shape
-    the pool allocates without keeping, so a caller that holds every batch leaks nothing.
-    """
-
-    def __init__(self, max_free: int = 16):
-        self.max_free = max_free
-        self._buffers: dict[tuple, list[np.ndarray]] = {}
-        self._lock = threading.Lock()
-        probe = [np.empty(1)]
-        self._idle_refs = sys.getrefcount(probe[0])
-
-    def allocate(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-        key = (tuple(shape), dtype)
-        with self._lock:
-            buffers = self._buffers.setdefault(key, [])
-            for i in range(len(buffers)):
-                if sys.getrefcount(buffers[i]) == self._idle_refs:
-                    return torch.from_numpy(buffers[i])
-            array = np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
-            if len(buffers) < self.max_free:
-                buffers.append(array)
-            return torch.from_numpy(array)
-
-
-def _fresh_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-    # numpy advises huge pages for large arrays: fewer page faults than torch.empty.
-    return torch.from_numpy(np.empty(shape, dtype=_NUMPY_DTYPES[dtype]))
-
-
-def pinned_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-    """A page-locked tensor, so that the copy to the GPU can be non-blocking."""
-    # torch's caching host allocator recycles pinned blocks once freed and once the
-    # non-blocking copies that read them have completed.
-    return torch.empty(shape, dtype=dtype, pin_memory=True)
-
-
-def _shared_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-    # The way torch's default_collate allocates its output inside a worker.
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    storage = torch.UntypedStorage._new_shared(nbytes)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
-
-# -- checks ------------------------------------------------------------------------------
-
-
-def _split_entries(cache: Cache, split: str) -> list[EntryRef]:
-    everything = cache.entries()
-    hashes = collections.Counter(e.pipeline_hash for e in everything)
-    if len(hashes) > 1:
-        example = {e.pipeline_hash: e for e in reversed(everything)}
-        listed = "; ".join(
-            f"{h[:16]} ({n} entries, e.g. {example[h].subject_id} in split {example[h].split!r})"
-            for h, n in hashes.most_common()
-        )
-        raise CacheError(
-            f"cache {cache.root} mixes {len(hashes)} pipeline hashes: {listed}. Train, val "
-            "and test must be preprocessed by one pipeline: rerun `mriprep run` with one "
-            "pipeline into a fresh cache (or with --force)"
-        )
-    entries = [e for e in everything if e.split == split]
-    if not entries:
-        if not everything:
-            raise CacheError(
-                f"cache {cache.root} has no entries; fill it with `mriprep run MANIFEST -o CACHE`"
-            )
-        splits = collections.Counter(e.split for e in everything)
-        listed = ", ".join(f"{s!r} ({n})" for s, n in sorted(splits.items()))
-        raise CacheError(
-            f"cache {cache.root} has no entries in split {split!r}; its splits are {listed}. "
-            "Pass one of them as split="
-        )
-    return entries
-
-
-def _resolve_labels(cache: Cache, split: str, entries: list[EntryRef], labels) -> bool:
-    without = [e.subject_id for e in entries if "label" not in e.summary.get("files", {})]
-    if labels is False:
-        return False
-    if not without:
-        return True
-    if labels is None and len(without) == len(entries):
-        return False
-    raise CacheError(
-        f"split {split!r} of cache {cache.root}: {len(without)} of {len(entries)} entries "
-        f"have no label map ({', '.join(without[:5])}); pass labels=False to read images "
-        "only, or rerun `mriprep run` with label maps for every subject"
-    )
-
-
-def _check_files(cache: Cache, entries: list[EntryRef], labels: bool) -> None:
-    names = ("image", "valid", "label") if labels else ("image", "valid")
-    problems = []
-    for e in entries:
-        recorded = e.summary.get("files", {})
-        for name in names:
-            path = cache.tensor_path(e.key, name)
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                problems.append(f"{e.subject_id}: {path} is missing")
-                continue
-            expected = recorded.get(name, {}).get("bytes")
-            if expected is not None and size != expected:
-                problems.append(f"{e.subject_id}: {path} has {size} bytes, expected {expected}")
-    if problems:
-        shown = "\n  ".join(problems[:10])
-        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise CacheError(
-            f"cache {cache.root} has {len(problems)} missing or truncated tensor file(s):\n"
-            f"  {shown}{more}\nrerun `mriprep run` on the manifest to rebuild these entries "
-            "(`mriprep check` lists every problem)"
-        )
-
-
-def _refuse_options_of_other_modes(mode: str, **options_by_mode: dict) -> None:
-    for other, options in options_by_mode.items():
-        if other == mode:
-            continue
-        given = [name for name, value in options.items() if value is not None]
-        if given:
-            raise ValueError(
-                f"MRIDataset: {', '.join(given)} only apply to mode={other!r}, not "
-                f"mode={mode!r}; drop them or set mode={other!r}"
-            )
-
-
-def _patch_size(value) -> tuple[int, int, int]:
-    if value is None:
-        return DEFAULT_PATCH_SIZE
-    size = (value,) * 3 if isinstance(value, int) else tuple(value)
-    if len(size) != 3 or not all(isinstance(s, (int, np.integer)) and s >= 1 for s in size):
-        raise ValueError(f"MRIDataset: patch_size must be an int or 3 ints >= 1, got {value!r}")
-    return tuple(int(s) for s in size)
-
-
-def _positive_int(name: str, value) -> int:
-    if not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"MRIDataset: {name} must be an int >= 1, got {value!r}")
-    return int(value)
-
-
-def _fraction(name: str, value) -> float:
-    if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"MRIDataset: {name} must be between 0 and 1, got {value!r}")
-    return float(value)

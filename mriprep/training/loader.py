@@ -11,21 +11,14 @@ import collections
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 
-from mriprep.training.dataset import (
-    Allocator,
-    BufferPool,
-    MRIDataset,
-    SampleKey,
-    collate,
-    draw_seed,
-    pinned_tensor,
-)
+from mriprep.training.buffers import Allocator, BufferPool, collate, pinned_tensor
+from mriprep.training.dataset import MRIDataset
+from mriprep.training.sampling import EpochSampler
 from mriprep.run.scheduling import usable_cores
 
 BACKENDS = ("auto", "threads", "processes")
@@ -34,38 +27,6 @@ BACKENDS = ("auto", "threads", "processes")
 #: a whole 1 mm brain (~197x233x189) per item in volume mode leaves room for 2; 96^3
 #: patches for 8; FastSurfer-style 2.5D slices (7 channels, 256x256) for 16.
 DEFAULT_BATCH_SIZE = {"volume": 2, "patch": 8, "slice": 16}
-
-
-# -- sampling ----------------------------------------------------------------------------
-
-
-class EpochSampler(Sampler):
-    """Yields :class:`SampleKey` s: a seeded permutation (or order) and the epoch's seed.
-
-    Each ``iter()`` is one epoch, numbered from 0; :meth:`set_epoch` sets the number of
-    the next one (to resume a run). Everything drawn depends on ``(seed, epoch)`` only.
-    """
-
-    def __init__(self, length: int, shuffle: bool, seed: int = 0):
-        self.length = int(length)
-        self.shuffle = bool(shuffle)
-        self.seed = int(seed)
-        self._next_epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self._next_epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __iter__(self) -> Iterator[SampleKey]:
-        epoch, self._next_epoch = self._next_epoch, self._next_epoch + 1
-        seed = draw_seed(self.seed, epoch)
-        if self.shuffle:
-            order = np.random.default_rng(seed).permutation(self.length).tolist()
-        else:
-            order = range(self.length)
-        return iter([SampleKey(i, seed) for i in order])
 
 
 # -- the loader --------------------------------------------------------------------------
@@ -308,7 +269,6 @@ def to_device(batch: Any, device: str | torch.device, non_blocking: bool = True)
     if isinstance(batch, list) and batch and isinstance(batch[0], torch.Tensor):
         return [to_device(v, device, non_blocking) for v in batch]
     return batch
-
 
 
 def _check_one_grid(dataset: MRIDataset) -> None:

@@ -22,12 +22,13 @@ import pytest
 from scipy import ndimage
 
 from mriprep import check as chk
-from mriprep.cache import Cache, checksum_file
+from mriprep.cache import Cache
+from mriprep.core.hashing import checksum_file
 from mriprep.core.errors import CacheError
 from mriprep.check.tensors import scan_tensor_file
 from mriprep.cli import main as cli_main
 from mriprep.pipelines import load_pipeline
-from mriprep.run.cohort import run_cohort, tasks_from_manifest
+from mriprep.run.cohort import run_cohort, cohort_rows
 from mriprep.inputs.templates import load_mni152_tissue, load_template
 
 from tests.cache_clone import (
@@ -664,8 +665,8 @@ def test_demo_cache_without_the_leak_passes(demo_clean, demo_cache, demo_cohort,
     assert cli_main(["check", str(demo_clean.root)]) == 0
     out = capsys.readouterr().out
     assert "OK: 0 error(s)" in out
-    cached = {(r["subject_id"], r["session_id"]): r["split"] for r in demo_cache.run.results
-              if r["status"] == "cached" and r["subject_id"] != copy}
+    cached = {(r.subject_id, r.session_id): r.split for r in demo_cache.run.results
+              if r.status == "cached" and r.subject_id != copy}
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if line.split()[:1] in (["train"], ["val"], ["test"])}
     for split in ("train", "val", "test"):
@@ -706,10 +707,10 @@ def test_demo_deleted_tensor_file(demo_clean, capsys):
 @pytest.mark.slow
 def test_demo_entry_from_a_different_pipeline(demo_clean, demo_cache, demo_cohort, capsys):
     # sub-06 preprocessed again, by the conform pipeline, into the same cache.
-    [task] = [t for t in tasks_from_manifest(demo_cohort.manifest) if t.subject_id == "sub-06"]
+    [task] = [t for t in cohort_rows(demo_cohort.manifest) if t.subject_id == "sub-06"]
     conform = run_cohort([task], demo_clean.root, load_pipeline("conform_1mm"), scheduler="sync")
     assert conform.counts()["cached"] == 1
-    key = conform.results[0]["key"]
+    key = conform.results[0].key
     status, doc = cli_check(demo_clean.root, capsys)
     assert status == 1
     [finding] = errors_of(doc)
@@ -756,7 +757,7 @@ def test_demo_planted_leak_same_image_under_two_ids(demo_cache, demo_cohort, dem
     assert not any(f["code"] == "near-duplicate" and set(f["subjects"]) == {copy, original}
                    for f in doc["findings"])
     # The subjects that failed in the run are listed with the run's reason, not as missing.
-    failed = {r["subject_id"]: r["reason"] for r in demo_cache.run.failed}
+    failed = {r.subject_id: r.reason for r in demo_cache.run.failed}
     listed = [f for f in doc["findings"] if f["code"] == "manifest-failed"]
     assert sorted(s for f in listed for s in f["subjects"]) == sorted(failed)
     for f in listed:

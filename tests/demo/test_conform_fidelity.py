@@ -20,7 +20,7 @@ from mriprep.demo.fastsurfer_conform import LIA, agreement, fastsurfer_conform
 from mriprep.demo.real_scans import HOW_TO_GET, real_scan
 from mriprep.demo.scanner import Acquisition, acquire, random_pose
 from mriprep.pipelines import load_pipeline
-from mriprep.run.cohort import output_tensors, run_stages
+from mriprep.run.subject import output_tensors, run_stages
 from mriprep.core.volume import Volume
 
 FIDELITY_PERSON = 44
@@ -32,7 +32,7 @@ def _pipeline():
 
 
 def _conformed(data, affine):
-    volume, _ = run_stages(Volume.from_array(data, affine, subject_id="c"), _pipeline())
+    volume = run_stages(Volume.from_array(data, affine, subject_id="c"), _pipeline())
     return output_tensors(volume, "uint8")["image"], volume
 
 

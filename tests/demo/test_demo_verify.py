@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mriprep.check import check_cache
+from mriprep.run.result import SubjectResult
 from mriprep.demo.verify import (
     as_reoriented,
     format_verdicts,
@@ -18,8 +19,13 @@ from mriprep.demo.verify import (
 from mriprep.stages.registration.template import template_brain_points as brain_points_mm
 
 
+def _results(rows):
+    """Report rows (the JSON form, easy to break in a test) read back as results."""
+    return [SubjectResult.from_json(row) for row in rows]
+
+
 def _perfect_results(truth):
-    """Results of a run that handled every planted defect exactly as designed."""
+    """Report rows of a run that handled every planted defect exactly as designed."""
     results = []
     for subject in truth["subjects"].values():
         ids = {"subject_id": subject["subject_id"], "session_id": subject["session_id"]}
@@ -64,7 +70,7 @@ def points():
 
 def test_a_run_that_handled_every_defect_passes(demo_cohort, points):
     truth = demo_cohort.truth
-    verdicts = verify_demo_run(truth, _perfect_results(truth), _leak_findings(truth), points)
+    verdicts = verify_demo_run(truth, _results(_perfect_results(truth)), _leak_findings(truth), points)
     assert all(v.ok for v in verdicts), [v for v in verdicts if not v.ok]
     expectations = " ".join(v.expectation for v in verdicts)
     for word in ("NaN blob", "extreme values", "zero-filled slab", "spike slice",
@@ -115,7 +121,8 @@ def test_each_mishandled_defect_is_named(demo_cohort, points, breakage):
         by_id[sid].update(status="cached", stage=None, metrics={})
     else:
         sid, findings = with_defect("leak"), None
-    failed = [v for v in verify_demo_run(truth, results, findings, points) if not v.ok]
+    failed = [v for v in verify_demo_run(truth, _results(results), findings, points)
+              if not v.ok]
     assert failed and {v.subject_id for v in failed} == {sid}
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from mriprep.cli import main
 from mriprep.core.errors import ManifestError
-from mriprep.inputs.io import load_volume, save_label, save_volume
+from mriprep.inputs.readers import load_volume
+from mriprep.inputs.writing import save_label, save_volume
 from mriprep.inputs.manifest import (
     MAX_ID_BYTES,
     Manifest,

@@ -17,7 +17,7 @@ import pytest
 
 from mriprep.cache import Cache
 from mriprep.pipelines import load_pipeline
-from mriprep.run.cohort import run_cohort, tasks_from_manifest
+from mriprep.run.cohort import run_cohort, cohort_rows
 from mriprep.stages.reorient import orientation_codes
 from mriprep.inputs.templates import load_mni152_tissue, load_template
 
@@ -52,7 +52,7 @@ def scans(tmp_path_factory):
         rows.append(f"{sid},{sid}.nii.gz,{sid}_dseg.nii.gz,train")
     (root / "cohort.csv").write_text("\n".join(rows) + "\n")
     cache_root = root / "cache"
-    result = run_cohort(tasks_from_manifest(root / "cohort.csv"), cache_root,
+    result = run_cohort(cohort_rows(root / "cohort.csv"), cache_root,
                         load_pipeline("conform_1mm"), scheduler="sync")
     assert result.count("cached") == 3, result.failed
     return root, Cache(cache_root), files
@@ -146,7 +146,7 @@ def test_a_uint8_conform_cache_holds_fastsurfers_rounded_values_and_is_served(
     pipeline = load_pipeline("conform_1mm", output_dtype="uint8")
     assert pipeline.params_of("validate").output_dtype == "uint8"
     assert pipeline.hash != load_pipeline("conform_1mm").hash
-    result = run_cohort(tasks_from_manifest(root / "cohort.csv"), tmp_path / "cache",
+    result = run_cohort(cohort_rows(root / "cohort.csv"), tmp_path / "cache",
                         pipeline, scheduler="sync")
     assert result.count("cached") == 3, result.failed
     cache = Cache(tmp_path / "cache")

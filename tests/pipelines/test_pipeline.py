@@ -36,7 +36,7 @@ class ProbeParams:
     template: str = "mni152"
 
 
-@stage("test_pipeline_probe", ProbeParams)
+@stage("test_pipeline_probe", ProbeParams, template_fields=("template",))
 def _probe(volume, params):
     return StageOutput(volume)
 

@@ -26,17 +26,15 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from mriprep.cache import Cache, checksum_file
+from mriprep.cache import Cache
+from mriprep.core.hashing import checksum_file
 from mriprep.cli import main
 from mriprep.core.errors import StageError
 from mriprep.pipelines import load_pipeline
-from mriprep.run.cohort import (
-    ProgressReporter,
-    SchedulerError,
-    connect,
-    run_cohort,
-    tasks_from_manifest,
-)
+from mriprep.core.errors import SchedulerError
+from mriprep.run.cohort import cohort_rows, run_cohort
+from mriprep.run.progress import ProgressReporter
+from mriprep.run.scheduling import connect
 from mriprep.stages import StageOutput, stage
 from mriprep.inputs.templates import load_mni152_tissue, load_template
 
@@ -148,11 +146,11 @@ def run(cohort, cache, pipeline=None, **kwargs):
     kwargs.setdefault("scheduler", "threads")
     kwargs.setdefault("workers", 2)
     pipe = load_pipeline(pipeline or write_pipeline(cohort))
-    return run_cohort(tasks_from_manifest(cohort / "cohort.csv"), cache, pipe, **kwargs)
+    return run_cohort(cohort_rows(cohort / "cohort.csv"), cache, pipe, **kwargs)
 
 
 def statuses(result):
-    return {r["subject_id"]: r["status"] for r in result.results}
+    return {r.subject_id: r.status for r in result.results}
 
 
 def subprocess_env():
@@ -182,13 +180,13 @@ def test_failing_subjects_are_reported_and_the_rest_cached(cohort, tmp_path):
     assert statuses(result) == {**{s: "cached" for s in GOOD},
                                 "sub-04": "failed", "sub-08": "failed"}
     assert result.exit_code == 1
-    failed = {r["subject_id"]: r for r in result.failed}
-    assert failed["sub-04"]["stage"] == "runner_test_zscore"
-    assert "constant image" in failed["sub-04"]["reason"]
-    assert failed["sub-08"]["stage"] == "load"
-    assert "sub-08_T1w.nii.gz" in failed["sub-08"]["reason"]
+    failed = {r.subject_id: r for r in result.failed}
+    assert failed["sub-04"].stage == "runner_test_zscore"
+    assert "constant image" in failed["sub-04"].reason
+    assert failed["sub-08"].stage == "load"
+    assert "sub-08_T1w.nii.gz" in failed["sub-08"].reason
     # The stages before the failure still report their metrics.
-    assert "runner_test_smooth" in failed["sub-04"]["metrics"]
+    assert "runner_test_smooth" in failed["sub-04"].metrics
     assert_cache_whole(tmp_path / "cache", GOOD)
     cache = Cache(tmp_path / "cache")
     assert {r.subject_id: r.split for r in cache.entries()} == {
@@ -200,13 +198,13 @@ def test_failing_subjects_are_reported_and_the_rest_cached(cohort, tmp_path):
 def test_entries_hold_typed_tensors_and_full_provenance(cohort, tmp_path):
     result = run(cohort, tmp_path / "cache", write_pipeline(tmp_path, dtype="float16"))
     cache = Cache(tmp_path / "cache")
-    entry = next(r for r in result.results if r["subject_id"] == "sub-02")
-    image = cache.load_tensor(entry["key"], "image")
+    entry = next(r for r in result.results if r.subject_id == "sub-02")
+    image = cache.load_tensor(entry.key, "image")
     assert image.dtype == np.float16 and np.isfinite(image).all()
-    assert cache.load_tensor(entry["key"], "valid").dtype == bool
-    label = cache.load_tensor(entry["key"], "label")
+    assert cache.load_tensor(entry.key, "valid").dtype == bool
+    label = cache.load_tensor(entry.key, "label")
     assert label.dtype == np.int16 and set(np.unique(label)) == {0, 1, 2, 3}
-    meta = cache.read_meta(entry["key"])
+    meta = cache.read_meta(entry.key)
     assert meta["pipeline_name"] == "runner-test" and meta["output_dtype"] == "float16"
     assert meta["inputs"]["image"]["path"] == str(cohort / "sub-02_T1w.nii.gz")
     assert meta["inputs"]["label"]["sha256"]
@@ -286,7 +284,7 @@ def test_changed_parameter_and_force_recompute(cohort, tmp_path):
 def test_corrupt_entry_is_recomputed_not_skipped(cohort, tmp_path):
     cache_root = tmp_path / "cache"
     first = run(cohort, cache_root)
-    key = next(r["key"] for r in first.results if r["subject_id"] == "sub-05")
+    key = next(r.key for r in first.results if r.subject_id == "sub-05")
     path = Cache(cache_root).tensor_path(key, "image")
     raw = bytearray(path.read_bytes())
     raw[-1] ^= 0x01
@@ -294,7 +292,7 @@ def test_corrupt_entry_is_recomputed_not_skipped(cohort, tmp_path):
     again = run(cohort, cache_root)
     assert statuses(again)["sub-05"] == "cached"
     assert "replaced an entry that failed verification" in next(
-        r for r in again.results if r["subject_id"] == "sub-05")["warnings"]
+        r for r in again.results if r.subject_id == "sub-05").warnings
     assert_cache_whole(cache_root, GOOD)
 
 
@@ -339,10 +337,10 @@ def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(cohort, tmp_path):
 def test_dead_worker_fails_only_its_subject(cohort, tmp_path):
     pipeline = write_pipeline(tmp_path, extra="  - runner_test_crash: {subject: sub-02}\n")
     result = run(cohort, tmp_path / "cache", pipeline, scheduler="processes", workers=2)
-    failed = {r["subject_id"]: r for r in result.failed}
+    failed = {r.subject_id: r for r in result.failed}
     assert set(failed) == {"sub-02", "sub-04", "sub-08"}
-    assert failed["sub-02"]["stage"] == "worker"
-    assert "worker process died" in failed["sub-02"]["reason"]
+    assert failed["sub-02"].stage == "worker"
+    assert "worker process died" in failed["sub-02"].reason
     assert_cache_whole(tmp_path / "cache", set(GOOD) - {"sub-02"})
 
 
@@ -424,7 +422,7 @@ def test_distributed_cluster_gives_the_same_bytes_as_a_local_run(cohort, tmp_pat
     local = run(cohort, tmp_path / "local", scheduler="sync")
     remote = run(cohort, tmp_path / "remote", scheduler=dask_cluster)
     assert statuses(remote) == statuses(local)
-    worker_pids = {r["worker"].rsplit(":", 1)[1] for r in remote.results if r["worker"]}
+    worker_pids = {r.worker.rsplit(":", 1)[1] for r in remote.results if r.worker}
     assert str(os.getpid()) not in worker_pids  # the subjects ran in the dask worker
     local_cache, remote_cache = Cache(tmp_path / "local"), Cache(tmp_path / "remote")
     local_refs, remote_refs = local_cache.entries(), remote_cache.entries()
@@ -450,9 +448,9 @@ def test_gzip_inputs_are_hashed_by_their_bytes(cohort, tmp_path):
         "sub-02,sub-02_T1w.nii.gz,sub-02_dseg.nii.gz,train\n")
     original = run(cohort, tmp_path / "c1")
     recompressed = run(copy, tmp_path / "c2")
-    keys = {r["subject_id"]: r["key"] for r in original.results}
-    assert recompressed.results[0]["key"] != keys["sub-01"]
-    assert recompressed.results[1]["key"] == keys["sub-02"]
+    keys = {r.subject_id: r.key for r in original.results}
+    assert recompressed.results[0].key != keys["sub-01"]
+    assert recompressed.results[1].key == keys["sub-02"]
 
 
 def test_quality_stages_of_mriprep_through_the_runner(cohort, tmp_path):
@@ -463,10 +461,10 @@ def test_quality_stages_of_mriprep_through_the_runner(cohort, tmp_path):
         "  - validate: {allowed_labels: [0, 1, 2, 3]}\n"
     )
     result = run(cohort, tmp_path / "cache", pipeline)
-    failed = {r["subject_id"]: r for r in result.failed}
+    failed = {r.subject_id: r for r in result.failed}
     assert set(failed) == {"sub-04", "sub-08"}
-    assert failed["sub-08"]["stage"] == "load"
-    assert failed["sub-04"]["stage"] in ("sanitize", "mask_slices", "normalize")
+    assert failed["sub-08"].stage == "load"
+    assert failed["sub-04"].stage in ("sanitize", "mask_slices", "normalize")
     assert_cache_whole(tmp_path / "cache", GOOD)
     cache = Cache(tmp_path / "cache")
     for ref in cache.entries():
@@ -485,11 +483,11 @@ def test_default_pipeline_over_the_demo_cohort(demo_cohort, demo_cache, tmp_path
     """The session's demo cache is this run: the default pipeline, 2 worker processes."""
     import SimpleITK as sitk
 
-    from mriprep.stages.register import (
+    from mriprep.stages.registration.geometry import (
         matrix_from_sitk,
         target_registration_error,
-        template_brain_points,
     )
+    from mriprep.stages.registration.template import template_brain_points
 
     cache_root = demo_cache.path
     assert demo_cache.run.exit_code == 1

@@ -27,7 +27,7 @@ from mriprep.demo.real_scans import HOW_TO_GET, real_scan
 from mriprep.demo.scanner import Acquisition, Scan, acquire, random_pose
 from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.pipelines import load_pipeline
-from mriprep.run.cohort import run_stages
+from mriprep.run.subject import run_stages
 from mriprep.stages import get_stage
 from mriprep.stages.plausibility import PlausibilityParams, shear_deg
 from mriprep.core.volume import Volume

@@ -285,7 +285,7 @@ def test_the_ants_backend_lands_on_the_truth_on_the_demo_grids(demo_cohort, brai
     """The sitk backend is scored on every demo scan by the demo run's referee
     (tests/test_demo_verify.py); the ants backend here on the grids that differ most:
     thick coronal, oblique 5 mm axial, 5 mm coronal stored backwards, sagittal."""
-    from mriprep.inputs.io import load_volume
+    from mriprep.inputs.readers import load_volume
 
     errors = {}
     for name in ("sub-04", "sub-06", "sub-08", "sub-12"):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mriprep.core.errors import PipelineConfigError, StageError
-from mriprep.inputs.io import load_volume
+from mriprep.inputs.readers import load_volume
 from mriprep.stages import get_stage
 from mriprep.stages.sanitize import (
     FLOAT16_MAX,

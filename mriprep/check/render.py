@@ -1,0 +1,73 @@
+"""The check report as text for people: what ``mriprep check`` prints without ``--json``.
+
+:func:`render_report` gives a header (entries, splits, pipeline hashes, read speed, the
+near-duplicate search), a table of the splits, the findings grouped by severity and code
+(errors first, at most :data:`MAX_FINDINGS_PER_CODE` of each code, the rest counted),
+and the verdict. The report's full form for machines is
+:meth:`~mriprep.check.report.CheckReport.to_json`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from mriprep.check.report import CheckReport
+
+MAX_FINDINGS_PER_CODE = 20
+
+
+def render_report(report: CheckReport) -> str:
+    """The report as a table for people: header, per-split summary, findings, verdict."""
+    lines = [
+        f"mriprep check {report.cache}: {report.entries} entries, {len(report.splits)} split(s)"
+    ]
+    if report.pipeline_hashes:
+        hashes = ", ".join(f"{h[:12]} ({n})" for h, n in sorted(report.pipeline_hashes.items()))
+        lines.append(f"  pipeline hash(es): {hashes}")
+    if report.bytes_read:
+        lines.append(
+            f"  read {report.bytes_read / 1e6:.1f} MB in {report.read_seconds:.2f} s "
+            f"({report.read_mb_per_s:.0f} MB/s)"
+        )
+    search = report.near_duplicate_search
+    if search.get("method") and search["method"] != "skipped":
+        lines.append(
+            f"  near-duplicate search: {search['method']} over {search.get('entries')} "
+            f"fingerprints, {search.get('pairs_compared')} pairs compared"
+        )
+    if report.splits:
+        lines += ["", _split_table(report)]
+    by_code: dict[str, list] = defaultdict(list)
+    for finding in report.findings:
+        by_code[(finding.severity, finding.code)].append(finding)
+    if by_code:
+        lines.append("")
+    for (severity, code), findings in sorted(
+        by_code.items(), key=lambda kv: (kv[0][0] != "error", kv[0][1])
+    ):
+        for finding in findings[:MAX_FINDINGS_PER_CODE]:
+            lines.append(f"{severity.upper():<8}{code:<24}{finding.message}")
+        if len(findings) > MAX_FINDINGS_PER_CODE:
+            lines.append(
+                f"{'':<32}... and {len(findings) - MAX_FINDINGS_PER_CODE} more {code} "
+                "finding(s); see --json"
+            )
+    n_err, n_warn = len(report.errors), len(report.warnings)
+    verdict = "FAILED" if n_err else "OK"
+    lines += ["", f"{verdict}: {n_err} error(s), {n_warn} warning(s)"]
+    return "\n".join(lines)
+
+
+def _split_table(report: CheckReport) -> str:
+    header = f"{'split':<10}{'entries':>8}{'subjects':>10}{'invalid':>10}  label shares"
+    rows = [header]
+    for name, s in sorted(report.splits.items()):
+        shares = "  ".join(f"{v}:{share:.1%}" for v, share in list(s.label_shares.items())[:10])
+        if len(s.label_shares) > 10:
+            shares += f"  (+{len(s.label_shares) - 10} labels)"
+        if not shares:
+            shares = "(no labels)"
+        rows.append(
+            f"{name:<10}{s.entries:>8}{s.subjects:>10}{s.invalid_fraction:>10.2%}  {shares}"
+        )
+    return "\n".join(rows)

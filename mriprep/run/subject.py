@@ -1,0 +1,264 @@
+"""One subject, on a worker: hash the inputs, load, run every stage, write the entry.
+
+:func:`process_subject` takes a :class:`~mriprep.inputs.manifest.ManifestRow` as the
+manifest holds it and returns a :class:`~mriprep.run.result.SubjectResult`; it never
+raises. It skips the subject when a verified entry with the same key exists, and
+otherwise runs load + every stage + the cache write in the worker that holds the data:
+volumes never travel between workers, only the small result goes back.
+
+What a stage adds to the entry (sidecar fields, extra files such as registration's
+``transform.tfm``) the stage declares (:class:`mriprep.stages.Stage`); this module only
+collects it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+import mriprep
+from mriprep.cache import Cache, EntryRef, entry_key, summary_of
+from mriprep.core.errors import MriprepError, StageError
+from mriprep.core.hashing import sha256_file
+from mriprep.core.limits import INT16
+from mriprep.core.volume import Volume, jsonable
+from mriprep.inputs.manifest import ManifestRow
+from mriprep.pipelines import Pipeline
+from mriprep.run.result import SubjectResult
+from mriprep.run.scheduling import configure_worker
+from mriprep.stages import get_stage
+from mriprep.stages.intensity import all_finite
+
+
+def input_paths(row: ManifestRow) -> dict[str, str]:
+    """The subject's input files by role (``image``, and ``label`` when it has one)."""
+    paths = {"image": str(row.image)}
+    if row.label is not None:
+        paths["label"] = str(row.label)
+    return paths
+
+
+def process_subject(
+    row: ManifestRow,
+    pipeline: Pipeline,
+    cache_root: str,
+    force: bool = False,
+    threads: int = 1,
+) -> SubjectResult:
+    """Process one subject into the cache and return its result; never raises.
+
+    Parameters
+    ----------
+    row
+        The subject's manifest row (ids, split, input paths).
+    pipeline
+        The validated pipeline to run.
+    cache_root
+        The cache folder (created by the caller).
+    force
+        Recompute even when a verified entry with the same key exists.
+    threads
+        ITK/BLAS threads for this worker.
+    """
+    start = time.perf_counter()
+    progress = _Progress("load")
+    fields: dict[str, Any] = {}
+    stage_failure_metrics: dict[str, Any] = {}
+    try:
+        configure_worker(threads)
+        fields = _process(row, pipeline, Cache(cache_root), force, progress)
+    except StageError as exc:
+        fields = dict(stage=exc.stage, reason=exc.reason)
+        stage_failure_metrics = exc.metrics
+    except MriprepError as exc:
+        fields = dict(stage=progress.stage, reason=str(exc))
+    except Exception as exc:  # noqa: BLE001 - one subject's bug must not stop the cohort
+        fields = dict(stage=progress.stage, reason=f"{type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc(limit=8))
+    if "status" not in fields:  # failed: what ran so far is the subject's record
+        if progress.volume is not None:
+            fields.update(metrics=stage_metrics(progress.volume.provenance),
+                          warnings=stage_warnings(progress.volume.provenance))
+        if stage_failure_metrics:
+            metrics = dict(fields.get("metrics", {}))
+            metrics[fields["stage"]] = jsonable(stage_failure_metrics)
+            fields["metrics"] = metrics
+        fields["key"] = progress.key
+    return SubjectResult.of(
+        row, **fields,
+        seconds=round(time.perf_counter() - start, 3),
+        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+    )
+
+
+@dataclass
+class _Progress:
+    """Where a task is, so that an unexpected error still names its stage."""
+
+    stage: str
+    volume: Volume | None = None
+    key: str = ""
+
+
+def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
+             progress: _Progress) -> dict[str, Any]:
+    """The result fields of a subject that is cached or skipped (raises on failure)."""
+    hashes = input_hashes(row)
+    key = entry_key(row.subject_id, row.session_id, hashes, pipeline.hash)
+    progress.key = key
+    if not force and cache.has_entry(key, verify=True):
+        meta = cache.read_meta(key)
+        return dict(status="skipped", key=key, entry=EntryRef(key, summary_of(meta)),
+                    metrics=stage_metrics_json(meta.get("provenance", [])))
+    # An entry folder that exists but did not verify is corrupt: swap it out.
+    replace = force or cache.entry_dir(key).exists()
+
+    from mriprep.inputs.readers import load_volume
+
+    volume = load_volume(row.image, row.label, subject_id=row.subject_id)
+    progress.volume = volume
+    volume = run_stages(volume, pipeline, progress)
+
+    progress.stage = "cache"
+    tensors = output_tensors(volume, pipeline.output_dtype)
+    meta, extra_files = entry_meta(row, pipeline, hashes, volume)
+    summary = cache.write_entry(key, tensors, meta, replace=replace, extra_files=extra_files)
+    warnings = stage_warnings(volume.provenance)
+    if replace and not force:
+        warnings.append("replaced an entry that failed verification")
+    return dict(status="cached", key=key, entry=EntryRef(key, summary),
+                metrics=stage_metrics(volume.provenance), warnings=tuple(warnings))
+
+
+def input_hashes(row: ManifestRow) -> dict[str, str]:
+    """SHA-256 of the subject's input files, by role (``image``, ``label``)."""
+    hashes = {}
+    for role, path in input_paths(row).items():
+        if not Path(path).is_file():
+            raise StageError(
+                "load",
+                f"{role} file {path} does not exist; fix its path in the manifest "
+                f"(row {row.row}) or remove the subject",
+            )
+        hashes[role] = sha256_file(path)
+    return hashes
+
+
+def run_stages(volume: Volume, pipeline: Pipeline, progress: _Progress | None = None) -> Volume:
+    """Run every step of ``pipeline`` on ``volume`` and return the final volume.
+
+    Raises
+    ------
+    StageError
+        From the failing stage, or when a transform handed over was never applied
+        (a pipeline the loader accepted cannot end so; a hand-made one can).
+    """
+    progress = progress or _Progress("")
+    for step in pipeline.steps:
+        progress.stage = step.name
+        volume = get_stage(step.name)(volume, step.params)
+        progress.volume = volume
+    if volume.pending is not None:
+        raise StageError(
+            pipeline.steps[-1].name,
+            "the pipeline ended with a registration transform that was never applied; "
+            "add a step that applies it (resample) after the registration",
+        )
+    return volume
+
+
+def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
+    """The arrays to cache: image in ``output_dtype``, ``valid`` as bool, label int16."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if output_dtype == "uint8":
+            # Rounded, as FastSurfer rounds its conformed images (validate checked 0-255).
+            image = np.clip(np.rint(volume.data), 0, 255).astype(np.uint8)
+        else:
+            image = volume.data.astype(output_dtype, copy=False)
+    bad = 0 if all_finite(image) else int(np.count_nonzero(~np.isfinite(image)))
+    if bad:
+        peak = float(np.nanmax(np.abs(volume.data))) if np.isfinite(volume.data).any() else np.nan
+        raise StageError(
+            "cache",
+            f"{bad} image values are not finite in {output_dtype} (largest |value| "
+            f"{peak:.3g}); add a 'normalize' step or set output_dtype: float32",
+        )
+    tensors = {"image": image, "valid": volume.valid}
+    if volume.label is not None:
+        label = volume.label
+        if label.size and (label.min() < INT16.min or label.max() > INT16.max):
+            raise StageError(
+                "cache",
+                f"label values {int(label.min())}..{int(label.max())} do not fit int16; "
+                "relabel the map to values below 32768",
+            )
+        tensors["label"] = label.astype(np.int16, copy=False)
+    return tensors
+
+
+def entry_meta(
+    row: ManifestRow, pipeline: Pipeline, hashes: dict[str, str], volume: Volume,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The JSON sidecar of an entry (the cache adds key, files and checksums) and the
+    extra files the stages declare (name -> text)."""
+    paths = input_paths(row)
+    meta = {
+        "subject_id": row.subject_id,
+        "session_id": row.session_id,
+        "pipeline_name": pipeline.name,
+        "pipeline_hash": pipeline.hash,
+        "pipeline_source": pipeline.source,
+        "output_dtype": pipeline.output_dtype,
+        "inputs": {role: {"path": paths[role], "sha256": h} for role, h in hashes.items()},
+        "affine": volume.affine.tolist(),
+        "spacing": list(volume.spacing),
+        "shape": list(volume.shape),
+        # The allowed label values, when a stage declares them (None: not checked).
+        "label_values": None,
+        "provenance": [record.to_json() for record in volume.provenance],
+        "mriprep_version": mriprep.__version__,
+    }
+    extra_files: dict[str, str] = {}
+    for step in pipeline.steps:
+        declared = get_stage(step.name)
+        if declared.entry_meta is not None:
+            meta.update(declared.entry_meta(step.params, volume))
+        if declared.entry_files is not None:
+            extra_files.update(declared.entry_files(step.params, volume))
+    return meta, extra_files
+
+
+def stage_metrics(records: Iterable) -> dict[str, dict[str, Any]]:
+    """Stage name -> its metrics and seconds, from StageRecords."""
+    return stage_metrics_json(record.to_json() for record in records)
+
+
+def stage_metrics_json(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Stage name -> its metrics and seconds, from StageRecords as JSON."""
+    out: dict[str, dict[str, Any]] = {}
+    for record in records:
+        name = record["stage"]
+        while name in out:  # a stage used twice keeps both: sanitize, sanitize_2, ...
+            name = _next_name(name)
+        out[name] = dict(jsonable(record.get("metrics", {})), seconds=record.get("seconds"))
+    return out
+
+
+def stage_warnings(records: Iterable) -> list[str]:
+    return [f"{r.stage}: {w}" for r in records for w in r.warnings]
+
+
+def _next_name(name: str) -> str:
+    base, _, number = name.rpartition("_")
+    if base and number.isdigit():
+        return f"{base}_{int(number) + 1}"
+    return f"{name}_2"
