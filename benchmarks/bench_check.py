@@ -9,7 +9,7 @@ Two measurements (nothing is asserted; the numbers are printed and returned):
    ``check_cache`` (checksum, finiteness, range, fingerprints, label counts, valid counts)
    with 1 thread and with the default thread count.
 2. Scaling of the index checks with 1k, 3k and 10k small entries: ``check_index`` on
-   synthetic summaries and fingerprints (pipeline, split leaks, identical inputs and
+   synthetic index entries and fingerprints (pipeline, split leaks, identical inputs and
    tensors, near-duplicate search with planted duplicates), with the exact all-pairs
    search and the LSH search side by side, and optionally the full ``check_cache`` over
    real caches of small (16^3) entries.
@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from mriprep import check as chk
-from mriprep.check.tensors import block_edges
-from mriprep.cache import Cache, file_record, summary_of
+from mriprep.check.index import check_index
+from mriprep.check.tensors import FINGERPRINT_BLOCKS, block_edges
+from mriprep.cache import Cache, IndexEntry, file_record
 from mriprep.core.hashing import checksum_file
 
 PIPELINE = hashlib.sha256(b"bench pipeline").hexdigest()
@@ -56,7 +57,7 @@ def build_template_cache(root: Path, entries: int) -> Path:
     cache = Cache(root, create=True)
     rng = np.random.default_rng(0)
     small = tuple(s // 8 for s in template.shape)
-    summaries = {}
+    indexed = []
     for i in range(entries):
         field = ndimage.zoom(rng.standard_normal(small), 8, order=1)
         field = np.pad(
@@ -70,9 +71,9 @@ def build_template_cache(root: Path, entries: int) -> Path:
         meta = _meta(subject, template.affine, template.shape)
         key = hashlib.sha256(subject.encode()).hexdigest()
         valid = np.ones(template.shape, dtype=bool)
-        summary = cache.write_entry(key, {"image": image, "valid": valid, "label": label}, meta)
-        summaries[key] = {**summary, "split": SPLITS[i % len(SPLITS)]}
-    cache.update_index(summaries)
+        entry = cache.write_entry(key, {"image": image, "valid": valid, "label": label}, meta)
+        indexed.append(entry.with_split(SPLITS[i % len(SPLITS)]))
+    cache.update_index(indexed)
     return root
 
 
@@ -98,9 +99,9 @@ def _meta(subject: str, affine: np.ndarray, shape) -> dict:
 def _tensor_files(cache_dir: Path) -> list[Path]:
     cache = Cache(cache_dir)
     return [
-        cache.entry_dir(key) / info["file"]
-        for key, summary in cache.read_index().items()
-        for info in summary["files"].values()
+        cache.entry_dir(entry.key) / record.file
+        for entry in cache.entries()
+        for record in entry.files.values()
     ]
 
 
@@ -165,7 +166,8 @@ def _require_ok(report: chk.CheckReport) -> None:
 
 
 def synthetic_index(n: int, duplicates: int = 10, seed: int = 0) -> tuple[dict, dict, set]:
-    """Summaries and fingerprints of ``n`` distinct subjects, with planted near-duplicates.
+    """Index entries and fingerprints of ``n`` distinct subjects, with planted
+    near-duplicates.
 
     Fingerprints are the template's 8x8x8 block means plus a per-subject low-rank
     deviation and noise; each planted duplicate is a copy of another subject's fingerprint
@@ -176,7 +178,7 @@ def synthetic_index(n: int, duplicates: int = 10, seed: int = 0) -> tuple[dict, 
     data = load_template("mni152").data
     base = data
     for axis, n_axis in enumerate(data.shape):
-        base = np.add.reduceat(base, block_edges(n_axis, chk.FINGERPRINT_BLOCKS), axis=axis)
+        base = np.add.reduceat(base, block_edges(n_axis, FINGERPRINT_BLOCKS), axis=axis)
     base = base.ravel() / base.max()
     rng = np.random.default_rng(seed)
     modes = rng.standard_normal((40, base.size)) * 0.02
@@ -192,7 +194,7 @@ def synthetic_index(n: int, duplicates: int = 10, seed: int = 0) -> tuple[dict, 
     for i in range(n):
         key = hashlib.sha256(f"entry {i}".encode()).hexdigest()
         subject = f"sub-{i:05d}"
-        index[key] = {
+        index[key] = IndexEntry.from_json(key, {
             "subject_id": subject,
             "session_id": "",
             "split": SPLITS[i % len(SPLITS)],
@@ -209,8 +211,15 @@ def synthetic_index(n: int, duplicates: int = 10, seed: int = 0) -> tuple[dict, 
                     "bytes": 16512,
                     "xxh3_128": hashlib.md5(key.encode()).hexdigest(),
                 },
+                "valid": {
+                    "file": "valid.npy",
+                    "dtype": "bool",
+                    "shape": [16, 16, 16],
+                    "bytes": 4224,
+                    "xxh3_128": hashlib.md5(f"valid {key}".encode()).hexdigest(),
+                },
             },
-        }
+        })
         fingerprints[key] = prints[i].astype(np.float32)
     return index, fingerprints, planted
 
@@ -219,11 +228,11 @@ def measure_index_scaling(sizes=(1000, 3000, 10000), methods=("exact", "lsh")) -
     rows = []
     for n in sizes:
         index, fingerprints, planted = synthetic_index(n)
-        subjects = {k: int(s["subject_id"][4:]) for k, s in index.items()}
+        subjects = {k: int(e.subject_id[4:]) for k, e in index.items()}
         for method in methods:
             info: dict = {}
             start = time.perf_counter()
-            findings = chk.check_index(
+            findings = check_index(
                 index, fingerprints, near_duplicate_method=method, search_info=info
             )
             seconds = time.perf_counter() - start
@@ -267,7 +276,7 @@ def build_small_cache(root: Path, n: int, side: int = 16) -> Path:
     rng = np.random.default_rng(1)
     label = (image > image.mean()).astype(np.int16)
     valid = np.ones(image.shape, dtype=bool)
-    summaries = {}
+    entries = []
     for i in range(n):
         subject = f"sub-{i:05d}"
         key = hashlib.sha256(subject.encode()).hexdigest()
@@ -286,8 +295,9 @@ def build_small_cache(root: Path, n: int, side: int = 16) -> Path:
             "files": files,
         }
         (folder / "meta.json").write_text(json.dumps(chk_jsonable(meta)))
-        summaries[key] = {**summary_of(chk_jsonable(meta)), "split": SPLITS[i % len(SPLITS)]}
-    cache.update_index(summaries)
+        entry = IndexEntry.from_meta(key, chk_jsonable(meta))
+        entries.append(entry.with_split(SPLITS[i % len(SPLITS)]))
+    cache.update_index(entries)
     return root
 
 

@@ -48,7 +48,7 @@ def build_bench_cache(root: Path, n: int = 8, labels: bool = False, split: str =
     affine = template.affine.copy()
     affine[:3, :3] *= step
     cache = Cache(root, create=True)
-    summaries = {}
+    entries = []
     for i in range(n):
         rng = np.random.default_rng(i)
         image = np.ascontiguousarray(base * (1 + 0.03 * i), dtype=np.float32)
@@ -73,8 +73,8 @@ def build_bench_cache(root: Path, n: int = 8, labels: bool = False, split: str =
             "shape": list(image.shape), "provenance": [],
         }
         key = entry_key(sid, "", {"t1w": f"{i:064x}"}, pipeline_hash)
-        summaries[key] = {**cache.write_entry(key, tensors, meta), "split": split}
-    cache.update_index(summaries)
+        entries.append(cache.write_entry(key, tensors, meta).with_split(split))
+    cache.update_index(entries)
     return Path(root)
 
 
@@ -249,7 +249,7 @@ def run(cache_dir: str | os.PathLike | None = None, *, split: str = "train",
                   f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
         cache = Cache(cache_dir)
         files = tensor_files(cache, split, labels)
-        affine = np.asarray(cache.entries(split)[0].summary["affine"])
+        affine = cache.entries(split)[0].affine
         common = dict(batch_size=batch_size, num_workers=workers, seed=0, shuffle=True)
         contenders = []  # (name, unit, note, rounds, measure once)
 

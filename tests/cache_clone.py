@@ -20,7 +20,7 @@ from typing import Iterable
 
 import numpy as np
 
-from mriprep.cache import Cache, entry_key, summary_of
+from mriprep.cache import Cache, IndexEntry, entry_key
 from mriprep.core.hashing import checksum_file
 
 COPIED_SUFFIXES = {".json", ".csv"}  # small files that tests rewrite: real copies
@@ -35,8 +35,7 @@ def clone_cache(source: str | os.PathLike, target: str | os.PathLike,
     """
     source, target = Path(source), Path(target)
     drop = set(drop_subjects)
-    dropped = {key for key, summary in Cache(source).read_index().items()
-               if summary["subject_id"] in drop}
+    dropped = {entry.key for entry in Cache(source).entries() if entry.subject_id in drop}
 
     def clone_file(src: str, dst: str) -> None:
         # Empty files (the lock file) are copied too: a clone must not share its lock.
@@ -91,7 +90,7 @@ def relabel_entry(cache: Cache, key: str, subject_id: str, session_id: str, spli
     meta.update(subject_id=subject_id, session_id=session_id, key=new_key)
     (new_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     cache.remove_from_index([key])
-    cache.update_index({new_key: dict(summary_of(meta), split=split)})
+    cache.update_index([IndexEntry.from_meta(new_key, meta).with_split(split)])
     return new_key
 
 

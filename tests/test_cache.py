@@ -12,7 +12,8 @@ from scipy import ndimage
 
 from mriprep.cache import (
     Cache,
-    EntryRef,
+    IndexEntry,
+    MalformedEntry,
     entry_key,
     file_record,
     npy_checksum,
@@ -63,16 +64,17 @@ def test_entry_round_trip_is_memory_mapped_and_checksummed(tmp_path, brain):
     cache = Cache(tmp_path / "c", create=True)
     key = key_of("sub-01")
     tensors = tensors_of(data)
-    summary = cache.write_entry(key, tensors, meta_of("sub-01", data, affine))
+    entry = cache.write_entry(key, tensors, meta_of("sub-01", data, affine))
     assert cache.has_entry(key, verify=True)
     image = cache.load_tensor(key, "image")
     assert isinstance(image, np.memmap) and not image.flags.writeable
     np.testing.assert_array_equal(image, tensors["image"])
     assert cache.load_tensor(key, "valid").dtype == bool
     assert cache.load_tensor(key, "label").dtype == np.int16
-    for name, info in summary["files"].items():
-        assert info["xxh3_128"] == checksum_file(cache.tensor_path(key, name))
-    assert "provenance" not in summary
+    for name, record in entry.files.items():
+        assert record.xxh3_128 == checksum_file(cache.tensor_path(key, name))
+    assert "provenance" not in entry.to_json()
+    assert entry.shape == data.shape and entry.affine.dtype == np.float64
     assert cache.read_meta(key)["provenance"][0]["stage"] == "load"
     assert cache.read_meta(key)["affine"] == affine.tolist()
 
@@ -180,20 +182,53 @@ def test_index_keeps_one_entry_per_subject_with_its_split(tmp_path, brain):
     data, affine = brain
     cache = Cache(tmp_path / "c", create=True)
     old, new, other = key_of("sub-01", 1), key_of("sub-01", 2), key_of("sub-02")
-    summaries = {
-        k: dict(cache.write_entry(k, tensors_of(data), meta_of(s, data, affine)), split=split)
+    cache.update_index(
+        cache.write_entry(k, tensors_of(data), meta_of(s, data, affine)).with_split(split)
         for k, s, split in [(old, "sub-01", "train"), (other, "sub-02", "val")]
-    }
-    cache.update_index(summaries)
+    )
     assert [(r.subject_id, r.split) for r in cache.entries()] == [
         ("sub-01", "train"), ("sub-02", "val")
     ]
     replacement = cache.write_entry(new, tensors_of(data + 1), meta_of("sub-01", data, affine))
-    cache.update_index({new: dict(replacement, split="test")})
+    cache.update_index([replacement.with_split("test")])
     assert set(cache.read_index()) == {new, other}
     assert [r.key for r in cache.entries("test")] == [new]
-    cache.update_index({}, retire=[("sub-02", "")])
-    assert cache.entries() == [EntryRef(new, cache.read_index()[new])]
+    cache.update_index([], retire=[("sub-02", "")])
+    assert cache.entries() == [IndexEntry.from_json(new, cache.read_index()[new])]
+
+
+def test_index_entry_round_trips_and_refuses_a_malformed_document(tmp_path, brain):
+    data, affine = brain
+    cache = Cache(tmp_path / "c", create=True)
+    key = key_of("sub-01")
+    cache.update_index(
+        [cache.write_entry(key, tensors_of(data), meta_of("sub-01", data, affine),
+                           extra_files={"transform.tfm": "x"}).with_split("train")]
+    )
+    doc = json.loads(cache.index_path.read_text())["entries"][key]
+    entry = IndexEntry.from_json(key, doc)
+    assert entry.to_json() == doc
+    assert json.dumps(entry.to_json(), indent=1) == json.dumps(doc, indent=1)  # key order too
+    assert (entry.subject_id, entry.session_id, entry.split) == ("sub-01", "", "train")
+    assert entry.label_values is None and entry.has_label
+    assert entry.extra_files["transform.tfm"].file == "transform.tfm"
+    np.testing.assert_array_equal(entry.affine, affine)
+    # Rewriting the index from its entries leaves the file byte for byte as it was.
+    before = cache.index_path.read_bytes()
+    cache.update_index(cache.entries())
+    assert cache.index_path.read_bytes() == before
+    broken = {k: v for k, v in doc.items() if k != "pipeline_hash"}
+    with pytest.raises(MalformedEntry, match=f"index entry {key} lacks 'pipeline_hash'"):
+        IndexEntry.from_json(key, broken)
+    with pytest.raises(CacheError, match=r"'shape' is not a list"):
+        IndexEntry.from_json(key, dict(doc, shape="64x64x64"))
+    with pytest.raises(MalformedEntry, match=r"affine \[\[1, 0\]\] is not a finite 4x4 matrix"):
+        IndexEntry.from_json(key, dict(doc, affine=[[1, 0]])).affine
+    with pytest.raises(ValueError, match=r"valid lacks dtype/shape/bytes/xxh3_128"):
+        IndexEntry.from_json(key, dict(doc, files=dict(doc["files"], valid={"file": "v"})))
+    cache.index_path.write_text(json.dumps({"version": 1, "entries": {key: broken}}))
+    with pytest.raises(CacheError, match="lacks 'pipeline_hash'"):
+        cache.entries()
 
 
 def test_new_cache_refuses_a_foreign_folder(tmp_path):
@@ -216,8 +251,8 @@ def _writer(root, worker, subjects, data, affine, barrier):
     barrier.wait()
     for subject in subjects:
         key = key_of(subject)
-        summary = cache.write_entry(key, tensors_of(data), meta_of(subject, data, affine))
-        cache.update_index({key: dict(summary, split=f"w{worker}")})
+        entry = cache.write_entry(key, tensors_of(data), meta_of(subject, data, affine))
+        cache.update_index([entry.with_split(f"w{worker}")])
 
 
 def test_two_processes_writing_one_cache_leave_it_whole(tmp_path, brain):

@@ -8,8 +8,8 @@ One job per module; :func:`check_cache` runs them in order:
 * :mod:`~mriprep.check.index`: pure checks of the index entries;
 * :mod:`~mriprep.check.labels`: label values against the allowed set;
 * :mod:`~mriprep.check.manifest`: the cache against the manifest and the run report;
-* :mod:`~mriprep.check.report`: the report model, how messages name entries, and its
-  text rendering.
+* :mod:`~mriprep.check.report`: the report model and how messages name entries;
+* :mod:`~mriprep.check.render`: the report as a table for people.
 """
 
 from mriprep.check.cache_check import check_cache

@@ -11,7 +11,7 @@ Tensor pass (:mod:`mriprep.check.entries`: every file read once, in chunks)
     ``meta-missing``, ``meta-mismatch``.
 Label values (:mod:`mriprep.check.labels`)
     ``label-values``, ``labels-unchecked`` (warning).
-Index checks (pure, on the index summaries; :mod:`mriprep.check.index`)
+Index checks (pure, on the index entries; :mod:`mriprep.check.index`)
     ``index-unreadable``, ``empty-cache``, ``index-malformed``, ``geometry``,
     ``pipeline-mismatch``, ``split-missing``, ``subject-split-leak``, ``duplicate-input``,
     ``duplicate-tensor``, ``duplicate-session`` (warning), ``near-duplicate`` (warning),
@@ -128,8 +128,8 @@ def check_cache(
         )
     index, malformed = well_formed_entries(raw_index)
     report.findings += malformed
-    for key, summary in sorted(index.items()):
-        report.findings += check_geometry(key, summary)
+    for _, entry in sorted(index.items()):
+        report.findings += check_geometry(entry)
 
     read_start = time.perf_counter()
     scans = scan_entries(cache, index, workers, progress)
@@ -148,7 +148,7 @@ def check_cache(
     )
     report.findings += check_labels(index, scans, allowed_labels)
     report.splits = summarise_splits(index, scans)
-    report.pipeline_hashes = dict(Counter(s["pipeline_hash"] for s in index.values()))
+    report.pipeline_hashes = dict(Counter(e.pipeline_hash for e in index.values()))
     if rows is not None:
         report.findings += check_against_manifest(
             index, rows, read_run_report(root), manifest_name(manifest), tuple(exclusions)

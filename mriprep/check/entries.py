@@ -13,9 +13,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mriprep.cache import Cache
+from mriprep.cache import Cache, IndexEntry
 from mriprep.check.report import entry_label
-from mriprep.check.tensors import CHUNK_BYTES, checksum_whole_file, scan_tensor_file
+from mriprep.check.tensors import scan_tensor_file
+from mriprep.core.hashing import CHUNK_BYTES, file_checksum
 from mriprep.core.findings import Finding
 
 
@@ -45,17 +46,16 @@ _META_FIELDS = (
 )
 
 
-def scan_entry(
-    cache: Cache, key: str, summary: dict[str, Any], buffer: bytearray | None = None
-) -> EntryScan:
+def scan_entry(cache: Cache, entry: IndexEntry, buffer: bytearray | None = None) -> EntryScan:
     """Read every file of one index entry once and compare it with the index.
 
-    Also compares the sidecar ``meta.json`` with the index summary: an index edited by
+    Also compares the sidecar ``meta.json`` with the index entry: an index edited by
     hand (a checksum "fixed" after a file was changed) no longer matches its sidecar.
     """
+    key = entry.key
     result = EntryScan(key)
-    name = entry_label(summary, key)
-    subject = (summary.get("subject_id", "?"),)
+    name = entry_label(entry)
+    subject = (entry.subject_id,)
 
     def report(code: str, message: str) -> None:
         result.findings.append(Finding("error", code, f"{name}: {message}", (key,), subject))
@@ -68,8 +68,9 @@ def scan_entry(
     except (OSError, ValueError) as exc:
         report("meta-missing", f"meta.json cannot be read ({exc}); the entry is corrupt")
     if result.meta is not None:
+        recorded = entry.to_json()  # the sidecar fields as the index stores them
         differing = [
-            f for f in _META_FIELDS if f in summary and result.meta.get(f) != summary.get(f)
+            f for f in _META_FIELDS if f in recorded and result.meta.get(f) != recorded[f]
         ]
         if result.meta.get("key", key) != key:
             differing.insert(0, "key")
@@ -79,39 +80,38 @@ def scan_entry(
                 f"meta.json and index.json disagree on {', '.join(differing)}; the index or "
                 "the entry was edited after writing: rebuild it with `mriprep run --force`",
             )
-    for kind, info in summary["files"].items():
-        path = cache.entry_dir(key) / info.get("file", f"{kind}.npy")
+    for kind, record in entry.files.items():
+        path = cache.entry_dir(key) / record.file
         scan = scan_tensor_file(path, kind, buffer)
         result.bytes_read += scan.bytes_read
         for code, detail in scan.problems:
             report(code, f"{path.name} {detail}")
         if scan.checksum is None:
             continue  # missing: nothing more to compare
-        if "file-size" not in {c for c, _ in scan.problems} and scan.bytes_read != info.get(
-            "bytes"
-        ):
+        if "file-size" not in {c for c, _ in scan.problems} and scan.bytes_read != record.bytes:
             report(
                 "file-size",
-                f"{path.name} is {scan.bytes_read} bytes, the index records {info.get('bytes')}",
+                f"{path.name} is {scan.bytes_read} bytes, the index records {record.bytes}",
             )
-        if scan.checksum != info.get("xxh3_128"):
+        if scan.checksum != record.xxh3_128:
             report(
                 "checksum-mismatch",
                 f"{path.name} checksum {scan.checksum} differs from the index's "
-                f"{info.get('xxh3_128')}: the file changed on disk (bit rot, a partial copy "
+                f"{record.xxh3_128}: the file changed on disk (bit rot, a partial copy "
                 "or an edit); rebuild the entry with `mriprep run --force`",
             )
         if scan.shape is None:
             continue  # unreadable: already reported
-        if scan.dtype != info.get("dtype"):
+        if scan.dtype != record.dtype:
             report(
                 "dtype-mismatch",
-                f"{path.name} is {scan.dtype}, the index records {info.get('dtype')}",
+                f"{path.name} is {scan.dtype}, the index records {record.dtype}",
             )
-        if list(scan.shape) != list(info.get("shape", [])):
+        if list(scan.shape) != list(record.shape):
             report(
                 "shape-mismatch",
-                f"{path.name} has shape {list(scan.shape)}, the index records {info.get('shape')}",
+                f"{path.name} has shape {list(scan.shape)}, the index records "
+                f"{list(record.shape)}",
             )
         if kind == "image":
             result.fingerprint = scan.fingerprint
@@ -120,25 +120,25 @@ def scan_entry(
             result.valid_voxels = scan.nonzero
         elif kind == "label":
             result.label_counts = scan.value_counts
-    for file_name, info in (summary.get("extra_files") or {}).items():
-        path = cache.entry_dir(key) / info.get("file", file_name)
+    for record in entry.extra_files.values():
+        path = cache.entry_dir(key) / record.file
         if not path.is_file():
             report("file-missing", f"{path.name} is missing ({path})")
             continue
-        checksum, size = checksum_whole_file(path, buffer)
+        checksum, size = file_checksum(path, buffer)
         result.bytes_read += size
-        if checksum != info.get("xxh3_128") or size != info.get("bytes"):
+        if checksum != record.xxh3_128 or size != record.bytes:
             report(
                 "checksum-mismatch",
                 f"{path.name} ({size} bytes, xxh3 {checksum}) differs from the index's record "
-                f"({info.get('bytes')} bytes, xxh3 {info.get('xxh3_128')}); rebuild the "
+                f"({record.bytes} bytes, xxh3 {record.xxh3_128}); rebuild the "
                 "entry with `mriprep run --force`",
             )
     return result
 
 def scan_entries(
     cache: Cache,
-    index: dict[str, dict[str, Any]],
+    index: dict[str, IndexEntry],
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, EntryScan]:
@@ -149,7 +149,7 @@ def scan_entries(
     cache : Cache
         The cache the entries live in.
     index : dict
-        Cache key -> index summary, already known to be well formed.
+        Cache key -> :class:`~mriprep.cache.IndexEntry`.
     workers : int, optional
         Reader threads (default: up to 4, at most the CPU count); each reuses one buffer.
     progress : callable, optional
@@ -166,7 +166,7 @@ def scan_entries(
     def scan(key: str) -> EntryScan:
         if not hasattr(local, "buffer"):
             local.buffer = bytearray(CHUNK_BYTES)
-        return scan_entry(cache, key, index[key], local.buffer)
+        return scan_entry(cache, index[key], local.buffer)
 
     keys = sorted(index)
     scans: dict[str, EntryScan] = {}

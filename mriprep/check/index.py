@@ -1,5 +1,9 @@
-"""Checks that need only the index summaries (and image fingerprints): well-formed
-records, self-consistent geometry, one pipeline, honest splits, no duplicates."""
+"""Checks that need only the index entries (and image fingerprints): well-formed
+records, self-consistent geometry, one pipeline, honest splits, no duplicates.
+
+:func:`well_formed_entries` turns the raw ``index.json`` documents into
+:class:`~mriprep.cache.IndexEntry` (or an ``index-malformed`` finding); every other check
+takes those entries."""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from mriprep.check.report import by_label, entry_label, subjects_of
+from mriprep.cache import IndexEntry, MalformedEntry
+from mriprep.check.report import by_label, entry_label, label_of, subjects_of
 from mriprep.core.findings import Finding, named
 from mriprep.splits import (
     NEAR_DUPLICATE_THRESHOLD,
@@ -22,110 +27,91 @@ from mriprep.splits import (
 
 def well_formed_entries(
     raw_index: dict[str, Any],
-) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
+) -> tuple[dict[str, IndexEntry], list[Finding]]:
     """Split the raw index into the entries every other check can rely on and an
     ``index-malformed`` error for each of the rest.
 
     Returns
     -------
     index : dict
-        Cache key -> summary, for the well-formed entries.
+        Cache key -> :class:`~mriprep.cache.IndexEntry`, for the well-formed entries.
     findings : list of Finding
         One error per malformed entry, naming what it lacks.
     """
     index = {}
     findings = []
-    for key, summary in raw_index.items():
-        problems = _required_problems(summary)
-        if problems:
-            label = entry_label(summary if isinstance(summary, dict) else {}, key)
+    for key, doc in raw_index.items():
+        try:
+            index[key] = IndexEntry.from_json(key, doc)
+        except MalformedEntry as exc:
+            ids = doc if isinstance(doc, dict) else {}
+            label = label_of(ids.get("subject_id", "?"), ids.get("session_id") or "", key)
             findings.append(
                 Finding(
                     "error",
                     "index-malformed",
-                    f"{label}: index entry {'; '.join(problems)}",
+                    f"{label}: index entry {'; '.join(exc.problems)}",
                     (key,),
                 )
             )
-        else:
-            index[key] = summary
     return index, findings
 
 
-def _required_problems(summary: Any) -> list[str]:
-    if not isinstance(summary, dict):
-        return ["the summary is not an object"]
-    problems = [
-        f"lacks {k!r}" for k in ("subject_id", "pipeline_hash", "files") if k not in summary
-    ]
-    files = summary.get("files")
-    if isinstance(files, dict):
-        for kind in ("image", "valid"):
-            if kind not in files:
-                problems.append(f"lists no {kind} tensor")
-        for kind, info in files.items():
-            if not isinstance(info, dict) or not {"dtype", "shape", "bytes", "xxh3_128"} <= set(
-                info
-            ):
-                problems.append(f"{kind} lacks dtype/shape/bytes/xxh3_128")
-    elif "files" in summary:
-        problems.append("'files' is not an object")
-    return problems
-
-
-def check_geometry(key: str, summary: dict[str, Any]) -> list[Finding]:
+def check_geometry(entry: IndexEntry) -> list[Finding]:
     """The recorded grid is self-consistent: spacing = affine column norms, tensor shapes
     equal the recorded shape, labels are integers."""
-    name = entry_label(summary, key)
     problems = []
-    files = summary["files"]
-    image_shape = list(files["image"].get("shape", []))
+    files = entry.files
+    image_shape = list(files["image"].shape)
     if len(image_shape) != 3:
         problems.append(f"image shape {image_shape} is not 3-D")
-    if "shape" in summary and list(summary["shape"]) != image_shape:
-        problems.append(f"recorded shape {summary['shape']} differs from image.npy's {image_shape}")
+    if entry.shape is not None and list(entry.shape) != image_shape:
+        problems.append(
+            f"recorded shape {list(entry.shape)} differs from image.npy's {image_shape}"
+        )
     for kind in ("valid", "label"):
-        if kind in files and list(files[kind].get("shape", [])) != image_shape:
-            shape = files[kind].get("shape")
+        if kind in files and list(files[kind].shape) != image_shape:
+            shape = list(files[kind].shape)
             problems.append(f"{kind}.npy shape {shape} differs from image.npy's {image_shape}")
-    for kind, info in files.items():
+    for kind, record in files.items():
         try:
-            dtype = np.dtype(info["dtype"])
+            dtype = np.dtype(record.dtype)
         except TypeError:
-            problems.append(f"{kind}.npy dtype {info['dtype']!r} is not a numpy dtype")
+            problems.append(f"{kind}.npy dtype {record.dtype!r} is not a numpy dtype")
             continue
         if kind == "label" and not np.issubdtype(dtype, np.integer):
             problems.append(f"label.npy dtype {dtype} is not an integer type")
-    if "affine" in summary:
-        try:
-            affine = np.asarray(summary["affine"], dtype=np.float64)
-        except (TypeError, ValueError):
-            affine = np.full((1,), np.nan)
-        if affine.shape != (4, 4) or not np.isfinite(affine).all():
-            problems.append(f"affine {summary['affine']} is not a finite 4x4 matrix")
+    try:
+        affine = entry.affine
+    except MalformedEntry as exc:  # not a finite 4x4 matrix
+        problems += exc.problems
+    else:
+        if affine is None:
+            pass
         elif abs(np.linalg.det(affine[:3, :3])) < 1e-9:
             problems.append("affine is singular")
-        elif "spacing" in summary:
+        elif entry.spacing is not None:
             norms = np.linalg.norm(affine[:3, :3], axis=0)
-            spacing = np.asarray(summary["spacing"], dtype=np.float64)
+            spacing = np.asarray(entry.spacing, dtype=np.float64)
             if spacing.shape != (3,) or not np.allclose(norms, spacing, rtol=1e-4, atol=1e-6):
                 problems.append(
-                    f"recorded spacing {summary['spacing']} differs from the affine's voxel "
+                    f"recorded spacing {list(entry.spacing)} differs from the affine's voxel "
                     f"size {np.round(norms, 6).tolist()}"
                 )
+    name = entry_label(entry)
     return [
-        Finding("error", "geometry", f"{name}: {p}", (key,), (summary["subject_id"],))
+        Finding("error", "geometry", f"{name}: {p}", (entry.key,), (entry.subject_id,))
         for p in problems
     ]
 
 
-def image_input_hashes(summary: dict[str, Any]) -> list[str]:
+def image_input_hashes(entry: IndexEntry) -> list[str]:
     """SHA-256 of the entry's input images (every input except label maps).
 
     Accepts the shapes the runner may record: ``{"image": {"path", "sha256"}}``,
     ``{"image": "<sha256>"}`` or a list of ``{"name"/"role", "sha256"}``.
     """
-    inputs = summary.get("inputs") or {}
+    inputs = entry.inputs
     items: Iterable[tuple[str, Any]]
     if isinstance(inputs, dict):
         items = inputs.items()
@@ -146,13 +132,13 @@ def image_input_hashes(summary: dict[str, Any]) -> list[str]:
 
 
 def check_index(
-    index: dict[str, dict[str, Any]],
+    index: dict[str, IndexEntry],
     fingerprints: dict[str, np.ndarray] | None = None,
     near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
     near_duplicate_method: str = "auto",
     search_info: dict[str, Any] | None = None,
 ) -> list[Finding]:
-    """Checks that need only the index summaries (and the image fingerprints).
+    """Checks that need only the index entries (and the image fingerprints).
 
     One pipeline hash for every entry and split; every entry has a split; no subject in
     two splits; no identical input image or cached image under two subject ids or in two
@@ -161,7 +147,7 @@ def check_index(
     Parameters
     ----------
     index : dict
-        Cache key -> index summary (as in ``index.json``), already known to be well formed.
+        Cache key -> :class:`~mriprep.cache.IndexEntry` (see :func:`well_formed_entries`).
     fingerprints : dict, optional
         Cache key -> image fingerprint (see
         :func:`~mriprep.check.tensors.scan_tensor_file`); without them the
@@ -173,7 +159,7 @@ def check_index(
     search_info : dict, optional
         Filled with how the near-duplicate search ran (method, pairs compared, seconds).
     """
-    items = [_entry_item(key, summary) for key, summary in index.items()]
+    items = [_entry_item(entry) for entry in index.values()]
     findings = _check_pipeline(index)
     findings += find_unassigned(
         items, "give every manifest row a split (`mriprep splits --assign`) and rerun `mriprep run`"
@@ -184,14 +170,14 @@ def check_index(
     reported: list[set[str]] = []
     findings += find_identical(
         items,
-        {k: image_input_hashes(s) for k, s in index.items()},
+        {k: image_input_hashes(e) for k, e in index.items()},
         "duplicate-input",
         "input image (sha256 {})",
         reported,
     )
     findings += find_identical(
         items,
-        {k: [s["files"]["image"]["xxh3_128"]] for k, s in index.items()},
+        {k: [e.files["image"].xxh3_128] for k, e in index.items()},
         "duplicate-tensor",
         "cached image (xxh3 {})",
         reported,
@@ -209,33 +195,33 @@ def check_index(
     return findings
 
 
-def _entry_item(key: str, summary: dict[str, Any]) -> SplitItem:
+def _entry_item(entry: IndexEntry) -> SplitItem:
     return SplitItem(
-        key,
-        summary["subject_id"],
-        summary.get("session_id") or "",
-        summary.get("split") or "",
-        entry_label(summary, key),
+        entry.key, entry.subject_id, entry.session_id, entry.split, entry_label(entry)
     )
 
 
-def _check_pipeline(index: dict[str, dict[str, Any]]) -> list[Finding]:
+def _pipeline_name(entry: IndexEntry) -> str:
+    return "?" if entry.pipeline_name is None else entry.pipeline_name
+
+
+def _check_pipeline(index: dict[str, IndexEntry]) -> list[Finding]:
     """Entries made by another pipeline than the majority (every group on a tie)."""
     by_hash: dict[str, list[str]] = defaultdict(list)
-    for key, summary in index.items():
-        by_hash[summary["pipeline_hash"]].append(key)
+    for key, entry in index.items():
+        by_hash[entry.pipeline_hash].append(key)
     if len(by_hash) <= 1:
         return []
     ranked = sorted(by_hash.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     counts = ", ".join(
-        f"{h[:12]} ({index[keys[0]].get('pipeline_name', '?')}): {len(keys)}" for h, keys in ranked
+        f"{h[:12]} ({_pipeline_name(index[keys[0]])}): {len(keys)}" for h, keys in ranked
     )
     has_majority = len(ranked[0][1]) > len(ranked[1][1])
     findings = []
     for pipeline_hash, keys in ranked[1:] if has_majority else ranked:
         keys = by_label(index, keys)
-        splits = sorted({index[k].get("split") or "(none)" for k in keys})
-        name = index[keys[0]].get("pipeline_name", "?")
+        splits = sorted({index[k].split or "(none)" for k in keys})
+        name = _pipeline_name(index[keys[0]])
         findings.append(
             Finding(
                 "error",
@@ -243,7 +229,7 @@ def _check_pipeline(index: dict[str, dict[str, Any]]) -> list[Finding]:
                 f"{len(keys)} entr{'y' if len(keys) == 1 else 'ies'} (split {', '.join(splits)}) "
                 f"{'was' if len(keys) == 1 else 'were'} made by pipeline {name} "
                 f"{pipeline_hash[:12]}: "
-                f"{named([entry_label(index[k], k) for k in keys])}. The cache mixes "
+                f"{named([entry_label(index[k]) for k in keys])}. The cache mixes "
                 f"{len(ranked)} pipelines (entries per hash: {counts}); train, val and test "
                 "must be preprocessed the same way: rerun `mriprep run` with one pipeline, "
                 "or remove the stale entries",
@@ -254,23 +240,23 @@ def _check_pipeline(index: dict[str, dict[str, Any]]) -> list[Finding]:
     return findings
 
 
-def _check_grids(index: dict[str, dict[str, Any]]) -> list[Finding]:
+def _check_grids(index: dict[str, IndexEntry]) -> list[Finding]:
     """Entries of one pipeline on different grids (shape or spacing): a warning each."""
     findings = []
     by_pipeline: dict[str, dict[tuple, list[str]]] = defaultdict(lambda: defaultdict(list))
-    for key, summary in index.items():
+    for key, entry in index.items():
         grid = (
-            tuple(summary["files"]["image"].get("shape", [])),
-            tuple(round(float(s), 4) for s in summary.get("spacing", [])),
+            entry.files["image"].shape,
+            tuple(round(float(s), 4) for s in entry.spacing or ()),
         )
-        by_pipeline[summary["pipeline_hash"]][grid].append(key)
+        by_pipeline[entry.pipeline_hash][grid].append(key)
     for pipeline_hash, grids in sorted(by_pipeline.items()):
         if len(grids) <= 1:
             continue
         ranked = sorted(grids.items(), key=lambda kv: -len(kv[1]))
         desc = "; ".join(
             f"shape {list(shape)} spacing {list(spacing)}: {len(keys)} entries "
-            f"(e.g. {entry_label(index[keys[0]], keys[0])})"
+            f"(e.g. {entry_label(index[keys[0]])})"
             for (shape, spacing), keys in ranked
         )
         minority = sorted(k for _, keys in ranked[1:] for k in keys)
@@ -288,7 +274,7 @@ def _check_grids(index: dict[str, dict[str, Any]]) -> list[Finding]:
 
 
 def _check_near_duplicates(
-    index: dict[str, dict[str, Any]],
+    index: dict[str, IndexEntry],
     fingerprints: dict[str, np.ndarray],
     threshold: float,
     method: str,
@@ -304,8 +290,8 @@ def _check_near_duplicates(
     """
     groups: dict[tuple, list[str]] = defaultdict(list)
     for key in sorted(k for k, f in fingerprints.items() if k in index and f is not None):
-        summary = index[key]
-        groups[(summary.get("pipeline_hash"), tuple(summary.get("shape") or ()))].append(key)
+        entry = index[key]
+        groups[(entry.pipeline_hash, entry.shape or ())].append(key)
     searched = [keys for keys in groups.values() if len(keys) >= 3]
     if not searched:
         info.update(method="skipped", reason="fewer than 3 fingerprints per pipeline and grid",
@@ -325,19 +311,19 @@ def _check_near_duplicates(
     info["seconds"] = round(time.perf_counter() - start, 4)
     findings = []
     for a, b, corr in pairs:
-        sa, sb = index[a], index[b]
-        if sa["subject_id"] == sb["subject_id"] or any({a, b} <= g for g in exact_groups):
+        ea, eb = index[a], index[b]
+        if ea.subject_id == eb.subject_id or any({a, b} <= g for g in exact_groups):
             continue
         findings.append(
             Finding(
                 "warning",
                 "near-duplicate",
-                f"{entry_label(sa, a)} ({sa.get('split') or 'no split'}) and "
-                f"{entry_label(sb, b)} ({sb.get('split') or 'no split'}) look like the same "
+                f"{entry_label(ea)} ({ea.split or 'no split'}) and "
+                f"{entry_label(eb)} ({eb.split or 'no split'}) look like the same "
                 f"scan (fingerprint correlation {corr:.3f} >= {threshold}); if they are one "
                 "person under two ids, merge the ids in the manifest",
                 (a, b),
-                (sa["subject_id"], sb["subject_id"]),
+                (ea.subject_id, eb.subject_id),
             )
         )
     return findings

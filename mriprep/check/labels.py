@@ -1,40 +1,31 @@
 """Label values of the cached label maps against the allowed set.
 
 Allowed label values come from, in order: the ``allowed_labels`` argument (``--labels``),
-an ``allowed_labels`` / ``label_values`` list recorded in the entry's index summary or
-sidecar, or the ``allowed_labels`` / ``label_values`` parameter of the entry's ``validate``
-provenance record. An entry with a label map and none of these gets a ``labels-unchecked``
-warning listing the values found.
+or the ``label_values`` list recorded in the entry's index entry or sidecar (a stage
+declares it: validate's ``allowed_labels``). An entry with a label map and neither gets a
+``labels-unchecked`` warning listing the values found.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
+from mriprep.cache import IndexEntry
 from mriprep.check.entries import EntryScan
 from mriprep.check.report import by_label, entry_label, subjects_of
 from mriprep.core.findings import Finding
 
-LABEL_KEYS = ("allowed_labels", "label_values")
 
-
-def recorded_label_set(summary: dict[str, Any], meta: dict[str, Any] | None) -> set[int] | None:
+def recorded_label_set(entry: IndexEntry, meta: dict[str, Any] | None) -> set[int] | None:
     """The allowed label values an entry records, if any (see the module docstring)."""
-    for source in (summary, meta or {}):
-        for name in LABEL_KEYS:
-            if isinstance(source.get(name), list):
-                return {int(v) for v in source[name]}
-    for record in (meta or {}).get("provenance") or []:
-        if isinstance(record, dict) and record.get("stage") == "validate":
-            params = record.get("params") or {}
-            for name in LABEL_KEYS:
-                if isinstance(params.get(name), list):
-                    return {int(v) for v in params[name]}
-    return None
+    if entry.label_values is not None:
+        return {int(v) for v in entry.label_values}
+    values = (meta or {}).get("label_values")
+    return {int(v) for v in values} if isinstance(values, list) else None
 
 
 def check_labels(
-    index: dict[str, dict[str, Any]],
+    index: dict[str, IndexEntry],
     scans: dict[str, EntryScan],
     allowed_labels: Iterable[int] | None = None,
 ) -> list[Finding]:
@@ -44,7 +35,7 @@ def check_labels(
     Parameters
     ----------
     index : dict
-        Cache key -> index summary.
+        Cache key -> :class:`~mriprep.cache.IndexEntry`.
     scans : dict
         Cache key -> :class:`~mriprep.check.entries.EntryScan` (label counts, sidecar).
     allowed_labels : iterable of int, optional
@@ -72,11 +63,11 @@ def check_labels(
                 Finding(
                     "error",
                     "label-values",
-                    f"{entry_label(index[key], key)}: label.npy holds value(s) outside the "
+                    f"{entry_label(index[key])}: label.npy holds value(s) outside the "
                     f"allowed set {_compact(entry_allowed)}: {shown}; fix the label map or "
                     "the pipeline's label list",
                     (key,),
-                    (index[key]["subject_id"],),
+                    (index[key].subject_id,),
                 )
             )
     if unchecked:

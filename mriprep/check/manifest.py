@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 from typing import Any, Collection, Iterable
 
+from mriprep.cache import IndexEntry
 from mriprep.core.errors import CacheError
 from mriprep.check.report import entry_label, subjects_of
 from mriprep.core.findings import Finding, named
-
-RUN_REPORT = Path("reports") / "latest.json"
-
+from mriprep.run.reports import latest_report_path
 
 def read_run_report(cache_root: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
     """Subject/session -> {status, reason} from ``CACHE/reports/latest.json`` (None if absent).
@@ -23,7 +22,7 @@ def read_run_report(cache_root: Path) -> dict[tuple[str, str], dict[str, Any]] |
     ``results`` or ``rows``; each record has ``subject_id``, optional ``session_id``,
     ``status`` and ``reason``.
     """
-    path = cache_root / RUN_REPORT
+    path = latest_report_path(cache_root)
     if not path.is_file():
         return None
     try:
@@ -48,7 +47,7 @@ def read_run_report(cache_root: Path) -> dict[tuple[str, str], dict[str, Any]] |
 
 
 def check_against_manifest(
-    index: dict[str, dict[str, Any]],
+    index: dict[str, IndexEntry],
     rows: Iterable[Any],
     run_report: dict[tuple[str, str], dict[str, Any]] | None,
     manifest_name: str = "the manifest",
@@ -63,7 +62,7 @@ def check_against_manifest(
     """
     excluded = set(excluded)
     excluded_rows: list[str] = []
-    cached = {(s["subject_id"], s.get("session_id") or ""): k for k, s in index.items()}
+    cached = {e.identity: k for k, e in index.items()}
     listed = set()
     findings = []
     missing: list[str] = []
@@ -74,7 +73,7 @@ def check_against_manifest(
         name = f"{ident[0]}{'/' + ident[1] if ident[1] else ''}"
         key = cached.get(ident)
         if key is not None:
-            cache_split = index[key].get("split") or ""
+            cache_split = index[key].split
             if row.split and row.split != cache_split:
                 findings.append(
                     Finding(
@@ -143,7 +142,7 @@ def check_against_manifest(
                 "warning",
                 "not-in-manifest",
                 f"{len(extra)} cache entr{'y is' if len(extra) == 1 else 'ies are'} not in "
-                f"{manifest_name}: {named([entry_label(index[k], k) for k in extra])}; "
+                f"{manifest_name}: {named([entry_label(index[k]) for k in extra])}; "
                 "a Dataset over the cache will still train on them",
                 tuple(extra),
                 subjects_of(index, extra),

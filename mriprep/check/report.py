@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
+from mriprep.cache import IndexEntry
 from mriprep.core.findings import Finding, FindingsMixin
 
 if TYPE_CHECKING:
@@ -92,35 +93,38 @@ class CheckReport(FindingsMixin):
         }
 
 
-def entry_label(summary: dict[str, Any], key: str) -> str:
+def entry_label(entry: IndexEntry) -> str:
     """How messages name an entry: ``subject/session [key prefix]``."""
-    subject = summary.get("subject_id", "?")
-    session = summary.get("session_id") or ""
-    return f"{subject}{'/' + session if session else ''} [{key[:12]}]"
+    return label_of(entry.subject_id, entry.session_id, entry.key)
 
 
-def by_label(index: dict[str, dict[str, Any]], keys: Iterable[str]) -> list[str]:
+def label_of(subject_id: Any, session_id: str, key: str) -> str:
+    """:func:`entry_label` from the parts (for an index document that is no entry)."""
+    return f"{subject_id}{'/' + session_id if session_id else ''} [{key[:12]}]"
+
+
+def by_label(index: dict[str, IndexEntry], keys: Iterable[str]) -> list[str]:
     """Cache keys in the order messages list them: by :func:`entry_label`."""
-    return sorted(keys, key=lambda k: entry_label(index[k], k))
+    return sorted(keys, key=lambda k: entry_label(index[k]))
 
 
-def subjects_of(index: dict[str, dict[str, Any]], keys: Iterable[str]) -> tuple[str, ...]:
+def subjects_of(index: dict[str, IndexEntry], keys: Iterable[str]) -> tuple[str, ...]:
     """The distinct subject ids of some cache keys, sorted (a finding's ``subjects``)."""
-    return tuple(sorted({index[k]["subject_id"] for k in keys}))
+    return tuple(sorted({index[k].subject_id for k in keys}))
 
 
 def summarise_splits(
-    index: dict[str, dict[str, Any]], scans: dict[str, EntryScan]
+    index: dict[str, IndexEntry], scans: dict[str, EntryScan]
 ) -> dict[str, SplitSummary]:
     """Per-split counts, invalid-voxel fraction and label shares."""
     summaries: dict[str, SplitSummary] = {}
     subjects: dict[str, set] = defaultdict(set)
-    for key, summary in index.items():
-        split = summary.get("split") or "(none)"
+    for key, entry in index.items():
+        split = entry.split or "(none)"
         s = summaries.setdefault(split, SplitSummary(split))
         s.entries += 1
-        subjects[split].add(summary["subject_id"])
-        s.sessions += 1 if summary.get("session_id") else 0
+        subjects[split].add(entry.subject_id)
+        s.sessions += 1 if entry.session_id else 0
         scan = scans.get(key)
         if scan is None:
             continue

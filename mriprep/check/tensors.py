@@ -18,9 +18,10 @@ from typing import Any, BinaryIO
 import numpy as np
 import xxhash
 
+from mriprep.core.hashing import CHUNK_BYTES, digest_stream, file_checksum
+from mriprep.core.limits import FLOAT16_MAX
+
 FINGERPRINT_BLOCKS = 8
-FLOAT16_MAX = float(np.finfo(np.float16).max)
-CHUNK_BYTES = 4 << 20
 
 @dataclass
 class TensorScan:
@@ -206,16 +207,6 @@ def _read_full(fh: BinaryIO, view: memoryview) -> int:
     return total
 
 
-def _digest_rest(fh: BinaryIO, buffer: bytearray, digest: Any) -> int:
-    """Feed what is left of ``fh`` to ``digest`` through ``buffer``; return the bytes read."""
-    view = memoryview(buffer)
-    total = 0
-    while got := fh.readinto(buffer):
-        digest.update(view[:got])
-        total += got
-    return total
-
-
 def scan_tensor_file(
     path: str | os.PathLike, kind: str, buffer: bytearray | None = None
 ) -> TensorScan:
@@ -257,7 +248,7 @@ def scan_tensor_file(
         scan.problems.append(
             ("tensor-unreadable", f"cannot be opened as a safe .npy ({exc}); rebuild the entry")
         )
-        scan.checksum, scan.bytes_read = checksum_whole_file(path, buffer)
+        scan.checksum, scan.bytes_read = file_checksum(path, buffer)
         return scan
     scan.dtype, scan.shape = str(dtype), shape
     if fortran:
@@ -294,7 +285,7 @@ def scan_tensor_file(
                 )
                 analysis = None
                 break
-        trailing = _digest_rest(fh, buffer, digest)
+        trailing = digest_stream(fh, digest, buffer)
         if trailing:
             scan.bytes_read += trailing
             scan.problems.append(
@@ -314,12 +305,3 @@ def _analysis_for(kind: str, shape: tuple[int, ...], dtype: np.dtype):
     if kind == "label":
         return _ValueCounts(dtype)
     return None  # a tensor this version does not know: checksum, dtype and shape only
-
-
-def checksum_whole_file(path: Path, buffer: bytearray | None = None) -> tuple[str, int]:
-    """XXH3-128 hex digest and size of a file's bytes, read once through ``buffer``."""
-    digest = xxhash.xxh3_128()
-    with open(path, "rb", buffering=0) as fh:
-        size = _digest_rest(fh, buffer or bytearray(CHUNK_BYTES), digest)
-    return digest.hexdigest(), size
-

@@ -1,10 +1,10 @@
 """The ``mriprep`` command line: a thin layer over the library.
 
-Each subcommand lives in ``mriprep/commands/<name>.py`` with two functions:
+Each subcommand lives in ``mriprep/cli/<name>.py`` with two functions:
 ``add_parser(subparsers)`` that declares its arguments and ``run(args) -> int`` that does
-the work and returns the exit status. Exit codes are shared by all subcommands:
-0 success, 1 the work found problems (failed subjects, a failed check), 2 usage or
-configuration error. Errors of mriprep's own kind are printed as one clear message, never
+the work and returns the exit status, one of :class:`~mriprep.core.exit_codes.ExitCode`
+for every subcommand: 0 success, 1 the work found problems (failed subjects, a failed
+check), 2 usage or configuration error. Errors of mriprep's own kind are printed as one clear message, never
 as a traceback (set MRIPREP_DEBUG=1 to see the traceback).
 """
 
@@ -17,8 +17,8 @@ import sys
 
 from mriprep import __version__
 from mriprep.core.errors import MriprepError
+from mriprep.core.exit_codes import ExitCode
 
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
 # Order here is the order in `mriprep --help`.
 COMMANDS = ("demo", "run", "check", "splits", "manifest")
@@ -49,17 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         return int(args.func(args))
     except MriprepError as exc:
         if os.environ.get("MRIPREP_DEBUG"):
             raise
         print(f"mriprep {args.command}: error: {exc}", file=sys.stderr)
-        return getattr(exc, "exit_code", EXIT_USAGE)
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print("mriprep: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

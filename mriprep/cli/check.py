@@ -11,12 +11,13 @@ import argparse
 import json
 import sys
 
+from mriprep.core.exit_codes import ExitCode
+from mriprep.core.progress import ProgressBar
 from mriprep.check import check_cache
 from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 from mriprep.check.manifest import read_exclusions
 from mriprep.check.render import render_report
 
-EXIT_OK, EXIT_PROBLEMS = 0, 1
 
 
 def parse_labels(text: str) -> list[int]:
@@ -99,10 +100,9 @@ def run(args: argparse.Namespace) -> int:
     if args.exclude and not args.manifest:
         print("mriprep check: error: --exclude lists manifest rows; give the manifest too "
               "(--manifest M)", file=sys.stderr)
-        return 2
-    progress = None
-    if not args.json and sys.stderr.isatty():
-        progress = _progress_bar()
+        return ExitCode.USAGE
+    # --json keeps stderr quiet too: scripts that parse the output want no bar.
+    bar = ProgressBar("checking", "entry", leave=False, terminal=False if args.json else None)
     try:
         report = check_cache(
             args.cache,
@@ -111,32 +111,13 @@ def run(args: argparse.Namespace) -> int:
             allowed_labels=args.labels,
             near_duplicate_threshold=args.near_threshold,
             workers=args.workers,
-            progress=progress,
+            progress=bar.update_to,
         )
     finally:
-        if progress is not None:
-            progress.close()
+        bar.close()
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print(render_report(report))
     failed = not report.ok or (args.strict and report.warnings)
-    return EXIT_PROBLEMS if failed else EXIT_OK
-
-
-class _progress_bar:
-    """``progress(done, total)`` callback drawing a tqdm bar on the terminal."""
-
-    def __init__(self) -> None:
-        self.bar = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="entry", desc="checking", leave=False)
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    return ExitCode.PROBLEMS if failed else ExitCode.OK

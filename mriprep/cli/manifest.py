@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mriprep.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from mriprep.core.exit_codes import ExitCode
 from mriprep.core.errors import InputError, ManifestError
 
 DESCRIPTION = """\
@@ -113,9 +113,9 @@ def _validate(path: Path, check_files: bool, headers: bool) -> int:
         print(f"manifest {path}: {len(problems)} problem(s)")
         for problem in problems:
             print(f"  - {problem}")
-        return EXIT_PROBLEMS
+        return ExitCode.PROBLEMS
     print(f"manifest {path}: {_summary(manifest)}; no problems found")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _header_problems(manifest) -> list[str]:
@@ -149,7 +149,7 @@ def _from_bids(bids_dir: Path, output: Path, labels: str | None, force: bool) ->
             f"mriprep manifest: error: {output} already exists; pass --force to overwrite it",
             file=sys.stderr,
         )
-        return EXIT_USAGE
+        return ExitCode.USAGE
     rows = manifest_from_bids(bids_dir, labels=labels)
     write_manifest(rows, output)
     try:
@@ -158,10 +158,10 @@ def _from_bids(bids_dir: Path, output: Path, labels: str | None, force: bool) ->
         print(f"wrote {output}, but it has problems:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
-        return EXIT_PROBLEMS
+        return ExitCode.PROBLEMS
     n_labels = sum(row.label is not None for row in manifest)
     print(
         f"wrote {output}: {_summary(manifest)}, {n_labels} with a label map; "
         "splits are unassigned"
     )
-    return EXIT_OK
+    return ExitCode.OK

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from mriprep.core.exit_codes import ExitCode
 from mriprep.core.errors import ManifestError
 from mriprep.splits import (
     Assignment,
@@ -20,7 +21,6 @@ from mriprep.splits import (
     parse_fractions,
 )
 
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
 EPILOG = """\
 examples:
@@ -77,7 +77,7 @@ def add_parser(subparsers) -> None:
 
 def _usage(message: str) -> int:
     print(f"mriprep splits: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return ExitCode.USAGE
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,12 +103,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"manifest {args.manifest}: {len(exc.problems)} problem(s)")
         for problem in exc.problems:
             print(f"  - {problem}")
-        return EXIT_PROBLEMS
+        return ExitCode.PROBLEMS
 
     if fractions is None:
         report = check_manifest_splits(manifest, args.hash_files, args.workers)
         _emit(args, report)
-        return EXIT_OK if report.ok else EXIT_PROBLEMS
+        return ExitCode.OK if report.ok else ExitCode.PROBLEMS
 
     if args.stratify and args.stratify not in manifest.metadata_columns():
         columns = ", ".join(manifest.metadata_columns()) or "none"
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         print(f"mriprep splits: cannot assign: {exc}", file=sys.stderr)
-        return EXIT_PROBLEMS
+        return ExitCode.PROBLEMS
     assigned = Manifest(path=args.output, rows=tuple(assignment.rows))
     report = check_manifest_splits(assigned, args.hash_files, args.workers)
     report.manifest = str(args.manifest)
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if report.ok:
         written = write_manifest(assignment.rows, args.output)
     _emit(args, report, assignment, written)
-    return EXIT_OK if report.ok else EXIT_PROBLEMS
+    return ExitCode.OK if report.ok else ExitCode.PROBLEMS
 
 
 def _emit(

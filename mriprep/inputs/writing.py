@@ -15,6 +15,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from mriprep.core.limits import INT16
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import InputError
 from mriprep.core.volume import Volume
@@ -53,7 +54,7 @@ def save_label(volume: Volume, path: str | os.PathLike) -> Path:
             "load it with load_volume(..., label_path=...) first"
         )
     label = volume.label
-    info = np.iinfo(np.int16)
+    info = INT16
     fits_int16 = label.size == 0 or (label.min() >= info.min and label.max() <= info.max)
     out = label.astype(np.int16 if fits_int16 else np.int32, copy=False)
     return _save_nifti(out, volume.affine, Path(path))

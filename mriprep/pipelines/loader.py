@@ -27,25 +27,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 import mriprep
 from mriprep.core.errors import PipelineConfigError
+from mriprep.pipelines.params import coerce_value
 from mriprep.stages import STAGE_MODULES, all_stages, get_stage
 
 OUTPUT_DTYPES = ("float32", "float16", "uint8")
 TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "stages")
 DEFAULT_PIPELINE = "t1w_mni_rigid"
-# YAML 1.1 (PyYAML) reads `1e30` as a string because it lacks a dot; a float field
-# accepts such text so that users can write limits the way they write them everywhere.
-_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
 def pipelines_dir() -> Path:
@@ -336,8 +332,8 @@ def _parse_step(
             problems.append(f"{where} ({stage_name}): key {key!r} = {value!r} {exc}")
             continue
         if key in stage_obj.template_fields and coerced:
-            label = f"{where} ({stage_name}): key {key!r}"
-            coerced = _resolve_template(coerced, label, base, problems)
+            key_name = f"{where} ({stage_name}): key {key!r}"
+            coerced = _resolve_template(coerced, key_name, base, problems)
         values[key] = coerced
     for key in stage_obj.inherits:
         # A stage that needs a pipeline-level setting (e.g. sanitize's float16 range needs
@@ -363,8 +359,8 @@ def _parse_step(
         if key not in values:
             default = getattr(params, key)
             if default:
-                label = f"{where} ({stage_name}): default {key!r}"
-                _resolve_template(default, label, base, problems)
+                key_name = f"{where} ({stage_name}): default {key!r}"
+                _resolve_template(default, key_name, base, problems)
     return StageStep(name=stage_obj.name, params=params)
 
 
@@ -416,84 +412,6 @@ def _order_problems(steps: list[StageStep]) -> list[str]:
                 f"stage {stage_obj.name!r} {stage_obj.last}; move it to the end of 'stages'"
             )
     return problems
-
-
-def coerce_value(value: Any, annotation: Any) -> Any:
-    """Check a YAML value against a parameter field's type and return it in that type.
-
-    Supported types: ``bool``, ``int``, ``float``, ``str``, ``Literal[...]``,
-    ``tuple[T, T, T]``, ``tuple[T, ...]`` and ``X | None``. A YAML list becomes a tuple;
-    an int is accepted where a float is expected, never the reverse.
-
-    Raises
-    ------
-    ValueError
-        Saying what was expected (the caller adds the key and the file).
-    """
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        options = [a for a in args if a is not type(None)]
-        for option in options:
-            try:
-                return coerce_value(value, option)
-            except ValueError:
-                continue
-        allowed = " or ".join(_describe(a) for a in args)
-        raise ValueError(f"must be {allowed}")
-    if origin is Literal:
-        if value not in args:
-            raise ValueError(f"must be one of {', '.join(repr(a) for a in args)}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"must be a list: {_describe(annotation)}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(coerce_value(v, args[0]) for v in value)
-        if len(value) != len(args):
-            raise ValueError(f"must be a list of {len(args)} values: {_describe(annotation)}")
-        return tuple(coerce_value(v, a) for v, a in zip(value, args))
-    if annotation is bool:
-        if not isinstance(value, bool):
-            raise ValueError("must be true or false")
-        return value
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("must be an integer")
-        return value
-    if annotation is float:
-        if isinstance(value, bool):
-            raise ValueError("must be a number")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
-            return float(value)
-        raise ValueError("must be a number")
-    if annotation is str:
-        if not isinstance(value, str):
-            raise ValueError("must be a string (quote it in YAML)")
-        return value
-    raise ValueError(f"has a type mriprep cannot read from YAML ({annotation!r})")
-
-
-def _describe(annotation: Any) -> str:
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if annotation is type(None):
-        return "null"
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"[{_describe(args[0])}, ...]"
-        return "[" + ", ".join(_describe(a) for a in args) + "]"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in args)
-    return {bool: "true/false", int: "integer", float: "number", str: "string"}.get(
-        annotation, repr(annotation)
-    )
 
 
 def _format_problems(source: str, problems: list[str]) -> str:

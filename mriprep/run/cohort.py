@@ -31,15 +31,16 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from mriprep.cache import Cache
+from mriprep.cache import Cache, IndexEntry
 from mriprep.core.exit_codes import ExitCode
 from mriprep.inputs.manifest import ManifestRow
 from mriprep.pipelines import Pipeline
 from mriprep.run.reports import write_reports
 from mriprep.run.result import STATUSES, SubjectResult
-from mriprep.run.scheduling import scheduler_client, usable_cores
+from mriprep.core.machine import usable_cores
+from mriprep.run.scheduling import scheduler_client
 from mriprep.run.subject import process_subject
 
 INDEX_FLUSH_SECONDS = 10.0
@@ -182,13 +183,13 @@ class _IndexWriter:
 
     def __init__(self, cache: Cache):
         self.cache = cache
-        self.summaries: dict[str, dict[str, Any]] = {}
+        self.entries: dict[str, IndexEntry] = {}
         self.retire: list[tuple[str, str]] = []
         self.last_flush = time.monotonic()
 
     def add(self, result: SubjectResult) -> None:
         if result.status in ("cached", "skipped") and result.entry is not None:
-            self.summaries[result.key] = dict(result.entry.summary, split=result.split)
+            self.entries[result.key] = result.entry.with_split(result.split)
         elif result.failed:
             # Its old entry (if any) belongs to other inputs or parameters: retire it.
             self.retire.append((result.subject_id, result.session_id))
@@ -196,9 +197,9 @@ class _IndexWriter:
             self.flush()
 
     def flush(self) -> None:
-        if self.summaries or self.retire:
-            self.cache.update_index(self.summaries, retire=self.retire)
-        self.summaries, self.retire = {}, []
+        if self.entries or self.retire:
+            self.cache.update_index(self.entries.values(), retire=self.retire)
+        self.entries, self.retire = {}, []
         self.last_flush = time.monotonic()
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import time
+
+from mriprep.core.progress import ProgressBar
 from mriprep.run.result import STATUSES, SubjectResult
 
 
@@ -17,32 +18,25 @@ class ProgressReporter:
     def __init__(self, total: int, stream=None, terminal: bool | None = None,
                  log_every_s: float = 30.0):
         self.total = total
-        self.stream = stream if stream is not None else sys.stderr
-        self.terminal = self.stream.isatty() if terminal is None else terminal
         self.log_every_s = log_every_s
         self.counts = {status: 0 for status in STATUSES}
         self.start = time.monotonic()
         self.last_log = self.start
-        self.bar = None
-        if self.terminal:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="subj", file=self.stream, dynamic_ncols=True,
-                            desc="mriprep run", smoothing=0.1)
+        self.bar = ProgressBar("mriprep run", "subj", total=total, stream=stream,
+                               terminal=terminal)
 
     def __call__(self, result: SubjectResult) -> None:
         self.counts[result.status] += 1
         if result.failed:
-            self._say(f"FAILED {result.name} at {result.stage}: {result.reason}")
-        if self.bar is not None:
-            self.bar.set_postfix(self.counts, refresh=False)
-            self.bar.update(1)
+            self.bar.write(f"FAILED {result.name} at {result.stage}: {result.reason}")
+        if self.bar.shown:
+            self.bar.advance(postfix=self.counts)
             return
         now = time.monotonic()
         done = sum(self.counts.values())
         if now - self.last_log >= self.log_every_s or done == self.total:
             self.last_log = now
-            self._say(self._status_line(done, now - self.start))
+            self.bar.write(self._status_line(done, now - self.start))
 
     def _status_line(self, done: int, elapsed: float) -> str:
         rate = done / elapsed * 60 if elapsed > 0 else 0.0
@@ -52,15 +46,8 @@ class ProgressReporter:
         return (f"mriprep run: {done}/{self.total} subjects done ({parts}), "
                 f"{rate:.1f} subjects/min{eta}")
 
-    def _say(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.write(line, file=self.stream)
-        else:
-            print(line, file=self.stream, flush=True)
-
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.bar.close()
 
 
 def _duration(seconds: float) -> str:

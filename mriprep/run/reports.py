@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import mriprep
-from mriprep.cache import Cache
+from mriprep.cache import REPORTS_DIR, Cache
 from mriprep.core.volume import jsonable
 from mriprep.run.result import REPORT_COLUMNS
 
@@ -32,7 +32,7 @@ LATEST_REPORT = "latest.json"
 
 def latest_report_path(cache_root: str | os.PathLike) -> Path:
     """Where the last run's report of a cache is (it may not exist)."""
-    return Path(cache_root) / "reports" / LATEST_REPORT
+    return Path(cache_root) / REPORTS_DIR / LATEST_REPORT
 
 
 def write_reports(

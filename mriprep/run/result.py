@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from mriprep.cache import EntryRef
+from mriprep.cache import IndexEntry
 from mriprep.core.volume import jsonable
 from mriprep.inputs.manifest import ManifestRow
 
@@ -46,7 +46,7 @@ class SubjectResult:
     warnings: tuple[str, ...] = ()
     peak_rss_mb: float | None = None
     worker: str = ""
-    entry: EntryRef | None = None
+    entry: IndexEntry | None = None
     traceback: str | None = None
 
     @classmethod

@@ -88,14 +88,6 @@ QUIET_DASK_CONFIG = {
 LOCAL_RETRIES = 1
 
 
-def usable_cores() -> int:
-    """The cores this process may use: its CPU affinity where the OS has one."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def worker_env(threads: int = 1) -> dict[str, str]:
     """The environment a worker process starts with: every native thread pool pinned to
     ``threads``, freed memory kept for reuse by one malloc arena, NumPy's huge-page

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 import numpy as np
 
 import mriprep
-from mriprep.cache import Cache, EntryRef, entry_key, summary_of
+from mriprep.cache import Cache, IndexEntry, entry_key
 from mriprep.core.errors import MriprepError, StageError
 from mriprep.core.hashing import sha256_file
 from mriprep.core.limits import INT16
@@ -117,7 +117,7 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
     progress.key = key
     if not force and cache.has_entry(key, verify=True):
         meta = cache.read_meta(key)
-        return dict(status="skipped", key=key, entry=EntryRef(key, summary_of(meta)),
+        return dict(status="skipped", key=key, entry=IndexEntry.from_meta(key, meta),
                     metrics=stage_metrics_json(meta.get("provenance", [])))
     # An entry folder that exists but did not verify is corrupt: swap it out.
     replace = force or cache.entry_dir(key).exists()
@@ -131,11 +131,11 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
     progress.stage = "cache"
     tensors = output_tensors(volume, pipeline.output_dtype)
     meta, extra_files = entry_meta(row, pipeline, hashes, volume)
-    summary = cache.write_entry(key, tensors, meta, replace=replace, extra_files=extra_files)
+    entry = cache.write_entry(key, tensors, meta, replace=replace, extra_files=extra_files)
     warnings = stage_warnings(volume.provenance)
     if replace and not force:
         warnings.append("replaced an entry that failed verification")
-    return dict(status="cached", key=key, entry=EntryRef(key, summary),
+    return dict(status="cached", key=key, entry=entry,
                 metrics=stage_metrics(volume.provenance), warnings=tuple(warnings))
 
 

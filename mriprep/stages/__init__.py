@@ -6,9 +6,9 @@ and defaults are the schema the pipeline loader validates against) and a functio
 ``(Volume, Params) -> StageOutput``. The :class:`Stage` wrapper does the plumbing once for
 all of them: timing, strict float error settings, and the provenance record.
 
-Stages never read or write files; only ``mriprep.inputs.io``, ``mriprep.cache``, the runner and
-the CLI touch disk (the one exception is the read-only, per-process cached template in
-``mriprep.inputs.templates``).
+Stages never read or write files; only ``mriprep.inputs``, ``mriprep.cache``,
+``mriprep.run`` and the CLI touch disk (the one exception is the read-only, per-process
+cached template of ``mriprep.inputs.templates``).
 
 Parameter fields may only use these types, so that YAML can express them and the loader
 can check them: ``bool``, ``int``, ``float``, ``str``, ``typing.Literal[...]`` of strings,

@@ -24,12 +24,12 @@ from typing import Literal
 import numpy as np
 from scipy import ndimage
 
+from mriprep.core.limits import FLOAT16_MAX
 from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import foreground_mask, percentiles
 from mriprep.core.volume import Volume
 
-FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 # A local-fill estimate is trusted once the Gaussian weights of known neighbours sum to
 # this much; below it the kernel is widened. Any positive weight gives a true weighted

@@ -22,13 +22,13 @@ from typing import Literal
 import numpy as np
 from nibabel.affines import voxel_sizes
 
+from mriprep.core.limits import FLOAT16_MAX
 from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite, foreground_mask, label_values
 from mriprep.stages.plausibility import shear_deg
 from mriprep.core.volume import Volume
 
-FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from mriprep.cache import Cache, EntryRef
+from mriprep.cache import Cache, IndexEntry
 from mriprep.core.errors import CacheError
 from mriprep.training.buffers import (
     Allocator,
@@ -133,12 +133,12 @@ class MRIDataset(Dataset):
         self.mode = mode
         self.transform = transform
         self.seed = int(seed)
-        self.entries: list[EntryRef] = split_entries(self.cache, split)
+        self.entries: list[IndexEntry] = split_entries(self.cache, split)
         self.pipeline_hash = self.entries[0].pipeline_hash
         self.labels = resolve_labels(self.cache, split, self.entries, labels)
         check_files(self.cache, self.entries, self.labels)
-        self.shapes = [tuple(int(s) for s in e.summary["shape"]) for e in self.entries]
-        self.affines = [np.asarray(e.summary["affine"], dtype=np.float64) for e in self.entries]
+        self.shapes = [tuple(int(s) for s in e.shape) for e in self.entries]
+        self.affines = [e.affine for e in self.entries]
 
         if mode == "patch":
             self.patch_size = as_patch_size(patch_size)

@@ -1,7 +1,8 @@
 """The entries an :class:`~mriprep.training.dataset.MRIDataset` reads, checked at opening.
 
 From the cache index and the file sizes only (no tensor is read): :func:`split_entries`
-gives the entries of one split and refuses a cache that mixes pipeline hashes;
+gives the entries of one split and refuses a cache that mixes pipeline hashes or an
+entry that records no output grid;
 :func:`resolve_labels` decides whether label maps are read; :func:`check_files` refuses
 missing or truncated tensor files. Each refusal is a
 :class:`~mriprep.core.errors.CacheError` that says what to do.
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import collections
 
-from mriprep.cache import Cache, EntryRef
+from mriprep.cache import Cache, IndexEntry
 from mriprep.core.errors import CacheError
 
 
-def split_entries(cache: Cache, split: str) -> list[EntryRef]:
+def split_entries(cache: Cache, split: str) -> list[IndexEntry]:
     everything = cache.entries()
     hashes = collections.Counter(e.pipeline_hash for e in everything)
     if len(hashes) > 1:
@@ -41,11 +42,18 @@ def split_entries(cache: Cache, split: str) -> list[EntryRef]:
             f"cache {cache.root} has no entries in split {split!r}; its splits are {listed}. "
             "Pass one of them as split="
         )
+    gridless = [e.subject_id for e in entries if e.shape is None or e.affine is None]
+    if gridless:
+        raise CacheError(
+            f"split {split!r} of cache {cache.root}: {len(gridless)} entries record no output "
+            f"grid (shape and affine) ({', '.join(gridless[:5])}); rebuild them with "
+            "`mriprep run --force`"
+        )
     return entries
 
 
-def resolve_labels(cache: Cache, split: str, entries: list[EntryRef], labels) -> bool:
-    without = [e.subject_id for e in entries if "label" not in e.summary.get("files", {})]
+def resolve_labels(cache: Cache, split: str, entries: list[IndexEntry], labels) -> bool:
+    without = [e.subject_id for e in entries if not e.has_label]
     if labels is False:
         return False
     if not without:
@@ -59,11 +67,10 @@ def resolve_labels(cache: Cache, split: str, entries: list[EntryRef], labels) ->
     )
 
 
-def check_files(cache: Cache, entries: list[EntryRef], labels: bool) -> None:
+def check_files(cache: Cache, entries: list[IndexEntry], labels: bool) -> None:
     names = ("image", "valid", "label") if labels else ("image", "valid")
     problems = []
     for e in entries:
-        recorded = e.summary.get("files", {})
         for name in names:
             path = cache.tensor_path(e.key, name)
             try:
@@ -71,7 +78,7 @@ def check_files(cache: Cache, entries: list[EntryRef], labels: bool) -> None:
             except FileNotFoundError:
                 problems.append(f"{e.subject_id}: {path} is missing")
                 continue
-            expected = recorded.get(name, {}).get("bytes")
+            expected = e.files[name].bytes if name in e.files else None
             if expected is not None and size != expected:
                 problems.append(f"{e.subject_id}: {path} has {size} bytes, expected {expected}")
     if problems:

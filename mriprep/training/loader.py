@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from mriprep.training.buffers import Allocator, BufferPool, collate, pinned_tensor
 from mriprep.training.dataset import MRIDataset
 from mriprep.training.sampling import EpochSampler
-from mriprep.run.scheduling import usable_cores
+from mriprep.core.machine import usable_cores
 
 BACKENDS = ("auto", "threads", "processes")
 

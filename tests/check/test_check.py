@@ -118,21 +118,14 @@ def write_subject(
         "affine": affine,
         "spacing": [float(s) for s in np.linalg.norm(affine[:3, :3], axis=0)],
         "shape": list(image.shape),
-        "provenance": [
-            {
-                "stage": "validate",
-                "params": {"allowed_labels": LABELS},
-                "metrics": {},
-                "warnings": [],
-            }
-        ],
+        "label_values": LABELS,
+        "provenance": [{"stage": "validate", "params": {}, "metrics": {}, "warnings": []}],
         **(meta_extra or {}),
     }
     key = hashlib.sha256(f"{subject}/{session}/{input_sha}/{pipeline_hash}".encode()).hexdigest()
     tensors = {"image": image, "valid": valid, "label": label}
-    summary = cache.write_entry(key, tensors, meta, extra_files=extra_files)
-    summary["split"] = split
-    cache.update_index({key: summary})
+    entry = cache.write_entry(key, tensors, meta, extra_files=extra_files)
+    cache.update_index([entry.with_split(split)])
     return key
 
 
@@ -197,9 +190,7 @@ def test_clean_cache_passes_with_split_summaries(pristine, anatomy):
     for split in report.splits.values():
         assert split.label_shares == pytest.approx(expected_shares)
     # every byte of every tensor was read once
-    total = sum(
-        info["bytes"] for s in Cache(root).read_index().values() for info in s["files"].values()
-    )
+    total = sum(record.bytes for e in Cache(root).entries() for record in e.files.values())
     assert report.bytes_read >= total
     assert report.near_duplicate_search["method"] == "exact"
     # one reader thread finds exactly what several do
@@ -356,12 +347,9 @@ def test_changed_transform_file_is_reported(cache_copy, anatomy):
 def test_labels_without_recorded_set_are_a_warning(tmp_path, anatomy):
     cache = Cache(tmp_path / "c", create=True)
     for seed, (subject, split) in enumerate([("a", "train"), ("b", "train"), ("c", "val")]):
-        write_subject(cache, anatomy, subject, "", split, subject_image(anatomy, seed))
-    for key in cache.read_index():  # drop the recorded set from the sidecars
-        meta_path = cache.entry_dir(key) / "meta.json"
-        meta = json.loads(meta_path.read_text())
-        meta["provenance"] = []
-        meta_path.write_text(json.dumps(meta))
+        # As mriprep records a pipeline whose stages declare no allowed set.
+        write_subject(cache, anatomy, subject, "", split, subject_image(anatomy, seed),
+                      meta_extra={"label_values": None})
     report = chk.check_cache(cache.root)
     assert report.ok
     [warning] = report.warnings
@@ -652,14 +640,17 @@ def demo_clean(demo_cache, demo_cohort, demo_baseline, tmp_path) -> Cache:
 @pytest.mark.slow
 def test_demo_cache_without_the_leak_passes(demo_clean, demo_cache, demo_cohort, capsys):
     copy, _ = planted_leak(demo_cohort)
-    entries = Cache(demo_cache.path).read_index()
-    clone_index = demo_clean.read_index()
-    assert sorted(clone_index) == sorted(k for k, s in entries.items() if s["subject_id"] != copy)
+    entries = Cache(demo_cache.path).entries()
+    clone_entries = demo_clean.entries()
+    assert sorted(e.key for e in clone_entries) == sorted(
+        e.key for e in entries if e.subject_id != copy
+    )
     # The clone is cheap because it shares the demo cache's tensor files.
-    for key, summary in clone_index.items():
-        for name in summary["files"]:
+    for entry in clone_entries:
+        for name in entry.files:
             assert shares_inode(
-                demo_clean.tensor_path(key, name), Cache(demo_cache.path).tensor_path(key, name)
+                demo_clean.tensor_path(entry.key, name),
+                Cache(demo_cache.path).tensor_path(entry.key, name),
             )
     capsys.readouterr()
     assert cli_main(["check", str(demo_clean.root)]) == 0

@@ -15,7 +15,6 @@ from scipy import ndimage
 import mriprep
 from mriprep.core.errors import PipelineConfigError
 from mriprep.pipelines.loader import (
-    coerce_value,
     load_pipeline,
     pipeline_from_dict,
     pipelines_dir,
@@ -228,14 +227,6 @@ def test_names_resolve_from_the_pipelines_folder(tmp_path):
         resolve_pipeline_path(tmp_path / "absent.yaml")
 
 
-def test_coerce_value_reads_yaml_lists_as_tuples():
-    assert coerce_value([1, 2.5, 3], tuple[float, float, float]) == (1.0, 2.5, 3.0)
-    assert coerce_value([0, 1, 2, 3], tuple[int, ...]) == (0, 1, 2, 3)
-    assert coerce_value(None, int | None) is None
-    with pytest.raises(ValueError, match="must be a list"):
-        coerce_value(3, tuple[int, ...])
-
-
 def test_shipped_pipelines_validate_and_say_what_they_do():
     default = load_pipeline("t1w_mni_rigid")
     assert [s.name for s in default.steps] == [
@@ -280,26 +271,63 @@ def test_an_output_orientation_after_register_is_refused_before_any_subject():
     assert conform.params_of("resample").orientation == "LIA"
 
 
-def test_a_non_editable_install_finds_the_shipped_pipelines(tmp_path):
-    """A wheel carries the YAML files as package data: installed into a fresh folder and
-    imported from there, the default pipeline and conform_1mm load by name."""
+def test_a_wheel_in_a_fresh_virtualenv_runs_the_default_pipeline_by_name(tmp_path):
+    """The pipelines are package data: a wheel installed into a new virtualenv outside
+    the checkout loads both shipped pipelines by name, and ``mriprep run -p
+    t1w_mni_rigid`` caches a one-subject cohort (a synthetic person, not the template)."""
+    import json
+    import os
+    import shutil
+    import site
     import subprocess
     import sys
+    import zipfile
     from pathlib import Path
 
+    from mriprep.demo import build_demo_cohort
+
     repo = Path(__file__).resolve().parents[2]
-    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    # Built from a copy: setuptools' build/ folder in a checkout keeps modules that were
+    # moved or deleted since the last build, and they would ride along in the wheel.
+    source = tmp_path / "source"
+    shutil.copytree(repo, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache",
+        ".hypothesis", "demo_out"))
+    wheel_dir, venv = tmp_path / "wheel", tmp_path / "venv"
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
     subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "-w",
-                          str(wheel_dir), str(repo)], check=True, cwd=tmp_path)
+                          str(wheel_dir), str(source)], check=True, cwd=tmp_path)
     (wheel,) = wheel_dir.glob("mriprep-*.whl")
-    subprocess.run(pip + ["install", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, cwd=tmp_path)
-    script = (f"import sys; sys.path.insert(0, {str(target)!r}); import mriprep; "
-              "from mriprep.pipelines import load_pipeline; "
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = set(archive.namelist())
+    assert {"mriprep/pipelines/t1w_mni_rigid.yaml", "mriprep/pipelines/conform_1mm.yaml",
+            "mriprep/run/subject.py"} <= packaged
+    # No network here: the new virtualenv gets mriprep from the wheel and its
+    # dependencies from this one's site-packages, added by path (a plain .pth line,
+    # which does not run this environment's editable-install hook).
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(pip + ["--python", str(python), "install", "--no-deps", "--no-index",
+                          str(wheel)], check=True, cwd=tmp_path)
+    venv_site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                               check=True, capture_output=True, text=True).stdout.strip()
+    Path(venv_site, "mriprep-test-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MRIPREP_DEBUG")}
+
+    script = ("import mriprep; from mriprep.pipelines import load_pipeline; "
               "print(mriprep.__file__); print(load_pipeline().name, "
               "load_pipeline('conform_1mm').name)")
-    out = subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path,
+    out = subprocess.run([str(python), "-c", script], check=True, cwd=tmp_path, env=env,
                          capture_output=True, text=True).stdout.split("\n")
-    assert out[0].startswith(str(target))  # the installed copy, not the checkout
+    assert out[0].startswith(str(venv))  # the installed copy, not the checkout
     assert out[1] == "t1w_mni_rigid conform_1mm"
+
+    cohort = build_demo_cohort(tmp_path / "cohort", n_subjects=1, workers=1)
+    run = subprocess.run(
+        [str(venv / "bin" / "mriprep"), "run", str(cohort.manifest), "-o",
+         str(tmp_path / "cache"), "-p", "t1w_mni_rigid", "--scheduler", "sync", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["pipeline"]["name"] == "t1w_mni_rigid"
+    assert summary["counts"] == {"cached": 1, "skipped": 0, "failed": 0, "total": 1}

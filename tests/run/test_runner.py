@@ -431,7 +431,7 @@ def test_distributed_cluster_gives_the_same_bytes_as_a_local_run(cohort, tmp_pat
         for name in ("image", "valid", "label"):
             assert checksum_file(remote_cache.tensor_path(ref.key, name)) == checksum_file(
                 local_cache.tensor_path(ref.key, name))
-        assert remote_cache.read_index()[ref.key]["files"] == ref.summary["files"]
+        assert remote_cache.read_index()[ref.key]["files"] == ref.to_json()["files"]
 
 
 def test_gzip_inputs_are_hashed_by_their_bytes(cohort, tmp_path):
@@ -470,7 +470,7 @@ def test_quality_stages_of_mriprep_through_the_runner(cohort, tmp_path):
     for ref in cache.entries():
         image = cache.load_tensor(ref.key, "image")
         assert image.dtype == np.float16 and np.isfinite(image).all()
-        assert ref.summary["label_values"] == [0, 1, 2, 3]
+        assert ref.label_values == (0, 1, 2, 3)
         meta = cache.read_meta(ref.key)
         assert [p["stage"] for p in meta["provenance"]] == [
             "load", "reorient", "sanitize", "mask_slices", "normalize", "validate"]

@@ -62,7 +62,7 @@ def build_template_cache(
     Subjects are numbered from ``first`` (``sub-00``, ``sub-01``, ...) across the splits.
     """
     cache = Cache(root, create=True)
-    summaries = {}
+    entries = []
     number = first
     for split, count in splits.items():
         for _ in range(count):
@@ -82,9 +82,9 @@ def build_template_cache(
             names = ("image", "valid", "label") if labels else ("image", "valid")
             tensors = {k: subject[k] for k in names}
             key = entry_key(sid, "", {"t1w": f"{number:064x}"}, pipeline_hash)
-            summaries[key] = {**cache.write_entry(key, tensors, meta), "split": split}
+            entries.append(cache.write_entry(key, tensors, meta).with_split(split))
             number += 1
-    cache.update_index(summaries)
+    cache.update_index(entries)
     return Path(root)
 
 
@@ -95,4 +95,4 @@ def adopt_entry(source: Path, target: Path) -> None:
     dst.entry_dir(ref.key).mkdir()
     for f in src.entry_dir(ref.key).iterdir():
         (dst.entry_dir(ref.key) / f.name).write_bytes(f.read_bytes())
-    dst.update_index({ref.key: ref.summary})
+    dst.update_index([ref])

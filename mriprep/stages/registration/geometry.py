@@ -8,6 +8,10 @@ SimpleITK and ANTsPy are imported only by the functions that need them.
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import numpy as np
 from nibabel.affines import voxel_sizes
 
@@ -170,3 +174,14 @@ def target_registration_error(
     moved = points_ras @ difference[:3, :3].T + difference[:3, 3]
     distances = np.linalg.norm(moved, axis=1)
     return float(distances.mean()), float(distances.max())
+
+
+def itk_transform_text(template_to_subject: np.ndarray) -> str:
+    """The registration transform as an ITK ``.tfm`` text file (LPS, as ITK expects)."""
+    import SimpleITK as sitk
+
+    transform = to_sitk_transform(np.asarray(template_to_subject))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "transform.tfm")
+        sitk.WriteTransform(transform, path)
+        return Path(path).read_text()

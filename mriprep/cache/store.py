@@ -1,37 +1,5 @@
-"""The tensor cache: content-addressed, atomic, checksummed, memory-mappable, no pickle.
-
-Layout of a cache folder::
-
-    CACHE/
-      mriprep-cache.json          marker: format name and version
-      index.json                  the live entries (one per subject/session) and their split
-      entries/<key>/image.npy     float32, float16 or uint8 [X, Y, Z], C order
-      entries/<key>/valid.npy     bool [X, Y, Z]: False where a voxel was filled or masked
-      entries/<key>/label.npy     int16 [X, Y, Z] (only when the subject has a label map)
-      entries/<key>/meta.json     sidecar: geometry, inputs, checksums, provenance
-      entries/<key>/transform.tfm registration transform, ITK format (registered entries)
-      entries/.tmp/               entries being written (never read)
-      reports/latest.json|csv     the last run's per-subject report (+ timestamped copies)
-
-Identity. ``<key>`` is the SHA-256 of the subject and session ids, the SHA-256 of every
-input file's bytes and the pipeline hash (:func:`entry_key`). Changing an input byte or a
-parameter gives a new key, so a rerun recomputes exactly what changed and skips the rest.
-
-Atomicity. An entry is written into a private folder under ``entries/.tmp``, every file
-is fsynced, ``meta.json`` is written last, and the folder is renamed into place in one
-``rename(2)``. A reader therefore sees either no entry or a complete one; a crash leaves
-only a stale temporary folder, which is never read and is swept by the next writer. Once
-on disk, a tensor's pages leave the page cache (:func:`drop_written_pages`).
-
-Index. ``index.json`` maps each live key to its summary (everything a reader needs except
-provenance) and its split. Several runs may share a cache: every update is a
-read-modify-write under an exclusive ``flock`` on ``.lock``, written atomically. An index
-keeps one entry per (subject_id, session_id): indexing a new key for a subject retires the
-old one from the index (its folder stays on disk until a clean-up).
-
-Checksums. Each tensor file's bytes are hashed with XXH3-128 (``xxhash``): not a security
-hash, but it detects flipped bits at memory speed, which is what a pre-training check needs.
-"""
+"""The cache folder: :class:`Cache` writes entries atomically, verifies them, and keeps
+the index under a lock (see the package docstring for the layout and the guarantees)."""
 
 from __future__ import annotations
 
@@ -39,18 +7,17 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import io
 import json
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
-import xxhash
 
+from mriprep.cache.entry import IndexEntry
+from mriprep.cache.files import drop_written_pages, file_record
 from mriprep.core.atomic import fsync_dir, write_text
 from mriprep.core.errors import CacheError
 from mriprep.core.hashing import checksum_file
@@ -59,6 +26,7 @@ from mriprep.core.volume import jsonable
 FORMAT_NAME = "mriprep-cache"
 FORMAT_VERSION = 1
 TENSOR_NAMES = ("image", "valid", "label")
+REPORTS_DIR = "reports"  # run reports (mriprep.run.reports writes them)
 REQUIRED_META = (
     "subject_id",
     "session_id",
@@ -70,62 +38,6 @@ REQUIRED_META = (
     "shape",
     "provenance",
 )
-
-
-def npy_header(array: np.ndarray) -> bytes:
-    """The header ``np.save`` writes before the bytes of a C-contiguous ``array``."""
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
-    return header.getvalue()
-
-
-def npy_checksum(array: np.ndarray, header: bytes | None = None) -> tuple[str, int]:
-    """XXH3-128 and size of the ``.npy`` file ``np.save`` writes for a C-contiguous
-    ``array`` (header, then the raw bytes), computed from memory; ``header`` is
-    :func:`npy_header` of ``array`` when the caller has it already."""
-    header = npy_header(array) if header is None else header
-    digest = xxhash.xxh3_128(header)
-    digest.update(array.reshape(-1).view(np.uint8))  # the bytes, without a copy
-    return digest.hexdigest(), len(header) + array.nbytes
-
-
-def drop_written_pages(fd: int) -> None:
-    """Let the kernel drop a file's pages from the page cache once they are on disk.
-
-    A cache entry is written once and read at training time, usually long after or on
-    another machine: its pages are not worth keeping here. Kept, they also made every
-    entry cost fresh memory. A worker keeps its own freed memory for the next subject
-    (see ``mriprep.run.scheduling``), so the page cache grew out of memory the kernel had
-    not touched for a while, and on the CI VM each such page cost 7 us (the hypervisor
-    hands it back): 0.1 s to write a 60 MB entry. The next entry now reuses the dropped
-    pages: 0.015 s. Only clean pages can be dropped, so this follows the fsync. Without
-    ``posix_fadvise`` (macOS) it does nothing.
-    """
-    if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-
-
-def file_record(path: Path, array: np.ndarray | None = None) -> dict[str, Any]:
-    """How the sidecar lists one file of an entry: name, size, checksum (and for a
-    tensor, its dtype and shape).
-
-    A tensor just saved from ``array`` is hashed from memory rather than read back, when
-    the file starts with the header this module expects and has the expected size; any
-    other file (a NumPy that lays out its header differently) is read and hashed.
-    """
-    record: dict[str, Any] = {"file": path.name}
-    size = path.stat().st_size
-    checksum = None
-    if array is not None:
-        record.update(dtype=str(array.dtype), shape=list(array.shape))
-        if array.flags.c_contiguous:
-            header = npy_header(array)
-            with open(path, "rb") as fh:
-                written = fh.read(len(header))
-            if written == header and size == len(header) + array.nbytes:
-                checksum = npy_checksum(array, header)[0]
-    record.update(bytes=size, xxh3_128=checksum or checksum_file(path))
-    return record
 
 
 def entry_key(
@@ -143,29 +55,6 @@ def entry_key(
     )
     return hashlib.sha256(payload.encode()).hexdigest()
 
-
-@dataclass(frozen=True)
-class EntryRef:
-    """One live index entry: its key and summary (see :meth:`Cache.write_entry`)."""
-
-    key: str
-    summary: dict[str, Any]
-
-    @property
-    def subject_id(self) -> str:
-        return self.summary["subject_id"]
-
-    @property
-    def session_id(self) -> str:
-        return self.summary.get("session_id", "")
-
-    @property
-    def split(self) -> str:
-        return self.summary.get("split", "")
-
-    @property
-    def pipeline_hash(self) -> str:
-        return self.summary["pipeline_hash"]
 
 
 class Cache:
@@ -186,7 +75,7 @@ class Cache:
                     "choose an empty or new folder for -o"
                 )
             (self.root / "entries" / ".tmp").mkdir(parents=True, exist_ok=True)
-            (self.root / "reports").mkdir(exist_ok=True)
+            (self.root / REPORTS_DIR).mkdir(exist_ok=True)
             write_text(
                 marker, json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION})
             )
@@ -200,7 +89,7 @@ class Cache:
                 )
         self.entries_dir = self.root / "entries"
         self.tmp_dir = self.entries_dir / ".tmp"
-        self.reports_dir = self.root / "reports"
+        self.reports_dir = self.root / REPORTS_DIR
         self.index_path = self.root / "index.json"
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.reports_dir.mkdir(exist_ok=True)
@@ -252,14 +141,14 @@ class Cache:
         meta: dict[str, Any],
         replace: bool = False,
         extra_files: dict[str, str | bytes] | None = None,
-    ) -> dict[str, Any]:
-        """Write one entry atomically and return its summary for the index.
+    ) -> IndexEntry:
+        """Write one entry atomically and return its index entry (without a split).
 
         ``meta`` must hold at least :data:`REQUIRED_META` (subject and session ids,
         pipeline name and hash, the inputs' paths and SHA-256, the output grid's affine,
-        spacing and shape, and the provenance records). The runner adds ``split`` to the
-        summary when it indexes the entry: a split is a property of the manifest, not of
-        the content, so it lives in the index only.
+        spacing and shape, and the provenance records). The runner gives the entry its
+        ``split`` when it indexes it (:meth:`IndexEntry.with_split`): a split is a property
+        of the manifest, not of the content, so it lives in the index only.
 
         ``tensors`` holds ``image`` and ``valid`` and optionally ``label``. ``meta`` is any
         JSON-able sidecar content; this adds ``key``, ``files`` (dtype, shape, byte size and
@@ -320,7 +209,7 @@ class Cache:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        return summary_of(self.read_meta(key))
+        return IndexEntry.from_meta(key, self.read_meta(key))
 
     def _move_into_place(self, tmp: Path, key: str, replace: bool) -> None:
         final = self.entry_dir(key)
@@ -363,8 +252,12 @@ class Cache:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def read_index(self) -> dict[str, dict[str, Any]]:
-        """Key -> summary of every live entry (empty for a new cache)."""
+    def read_index(self) -> dict[str, Any]:
+        """Key -> the JSON document of every live entry, as stored (empty for a new cache).
+
+        The documents are not checked (``mriprep check`` reports malformed ones as
+        findings); :meth:`entries` gives them as :class:`IndexEntry`.
+        """
         if not self.index_path.exists():
             return {}
         index = _read_json(self.index_path)
@@ -375,37 +268,37 @@ class Cache:
             )
         return index["entries"]
 
-    def entries(self, split: str | None = None) -> list[EntryRef]:
-        """Live entries, optionally of one split, in a stable order (subject, session)."""
-        refs = [EntryRef(k, s) for k, s in self.read_index().items()]
+    def entries(self, split: str | None = None) -> list[IndexEntry]:
+        """Live entries, optionally of one split, in a stable order (subject, session).
+
+        Raises :class:`MalformedEntry` for an index entry that is not well formed.
+        """
+        entries = [IndexEntry.from_json(k, doc) for k, doc in self.read_index().items()]
         if split is not None:
-            refs = [r for r in refs if r.split == split]
-        return sorted(refs, key=lambda r: (r.subject_id, r.session_id, r.key))
+            entries = [e for e in entries if e.split == split]
+        return sorted(entries, key=lambda e: (e.subject_id, e.session_id, e.key))
 
     def update_index(
         self,
-        summaries: dict[str, dict[str, Any]],
+        entries: Iterable[IndexEntry],
         retire: Iterable[tuple[str, str]] = (),
     ) -> None:
-        """Add or refresh entries (key -> summary, including ``split``) under the lock.
+        """Add or refresh entries (each with its split, :meth:`IndexEntry.with_split`)
+        under the lock.
 
         An entry for a (subject_id, session_id) that already has another key replaces it.
         ``retire`` lists (subject_id, session_id) pairs whose entries leave the index
         (subjects that failed this run: their old entry no longer matches their inputs).
         """
+        incoming = {e.key: e for e in entries}
         retire = {(str(s), str(e or "")) for s, e in retire}
-        if not summaries and not retire:
+        if not incoming and not retire:
             return
         with self.locked():
             index = self.read_index()
-            incoming = {(s["subject_id"], s.get("session_id", "")) for s in summaries.values()}
-            incoming |= retire
-            index = {
-                k: s
-                for k, s in index.items()
-                if (s["subject_id"], s.get("session_id", "")) not in incoming
-            }
-            index.update(jsonable(summaries))
+            replaced = {e.identity for e in incoming.values()} | retire
+            index = {k: doc for k, doc in index.items() if _identity(doc) not in replaced}
+            index.update({k: jsonable(e.to_json()) for k, e in incoming.items()})
             doc = {"version": FORMAT_VERSION, "entries": dict(sorted(index.items()))}
             write_text(self.index_path, json.dumps(doc, indent=1))
 
@@ -424,9 +317,12 @@ class Cache:
         return path
 
 
-def summary_of(meta: dict[str, Any]) -> dict[str, Any]:
-    """The index summary of an entry: its sidecar without the bulky provenance."""
-    return {k: v for k, v in meta.items() if k != "provenance"}
+def _identity(doc: Any) -> tuple[Any, str] | None:
+    """(subject_id, session_id) of a stored index document; None for a document without a
+    subject (malformed: it stays until ``mriprep check`` reports it)."""
+    if not isinstance(doc, dict) or "subject_id" not in doc:
+        return None
+    return doc["subject_id"], doc.get("session_id") or ""
 
 
 def _only_cache_layout(root: Path) -> bool:
@@ -435,7 +331,7 @@ def _only_cache_layout(root: Path) -> bool:
     Two runs started at once on a new folder both find no marker; the second must see the
     first one's half-made layout as a cache being created, not as a foreign folder.
     """
-    made_by_cache = {"entries", "reports", ".lock", "mriprep-cache.json"}
+    made_by_cache = {"entries", REPORTS_DIR, ".lock", "mriprep-cache.json"}
     return all(
         p.name in made_by_cache or p.name.startswith(".mriprep-cache.json.")
         for p in root.iterdir()

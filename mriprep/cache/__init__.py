@@ -1,0 +1,56 @@
+"""The tensor cache: content-addressed, atomic, checksummed, memory-mappable, no pickle.
+
+Layout of a cache folder::
+
+    CACHE/
+      mriprep-cache.json          marker: format name and version
+      index.json                  the live entries (one per subject/session) and their split
+      entries/<key>/image.npy     float32, float16 or uint8 [X, Y, Z], C order
+      entries/<key>/valid.npy     bool [X, Y, Z]: False where a voxel was filled or masked
+      entries/<key>/label.npy     int16 [X, Y, Z] (only when the subject has a label map)
+      entries/<key>/meta.json     sidecar: geometry, inputs, checksums, provenance
+      entries/<key>/transform.tfm registration transform, ITK format (registered entries)
+      entries/.tmp/               entries being written (never read)
+      reports/latest.json|csv     the last run's per-subject report (+ timestamped copies)
+
+Identity. ``<key>`` is the SHA-256 of the subject and session ids, the SHA-256 of every
+input file's bytes and the pipeline hash (:func:`entry_key`). Changing an input byte or a
+parameter gives a new key, so a rerun recomputes exactly what changed and skips the rest.
+
+Atomicity. An entry is written into a private folder under ``entries/.tmp``, every file
+is fsynced, ``meta.json`` is written last, and the folder is renamed into place in one
+``rename(2)``. A reader therefore sees either no entry or a complete one; a crash leaves
+only a stale temporary folder, which is never read and is swept by the next writer. Once
+on disk, a tensor's pages leave the page cache (:func:`drop_written_pages`).
+
+Index. ``index.json`` maps each live key to its entry (:class:`IndexEntry`: the sidecar
+without provenance, and the split). Several runs may share a cache: every update is a
+read-modify-write under an exclusive ``flock`` on ``.lock``, written atomically. An index
+keeps one entry per (subject_id, session_id): indexing a new key for a subject retires the
+old one from the index (its folder stays on disk until a clean-up).
+
+Checksums. Each tensor file's bytes are hashed with XXH3-128 (``xxhash``): not a security
+hash, but it detects flipped bits at memory speed, which is what a pre-training check needs.
+
+Modules: :mod:`~mriprep.cache.store` (the folder, :class:`Cache`), :mod:`~mriprep.cache.entry`
+(an entry as the index lists it, :class:`IndexEntry`), :mod:`~mriprep.cache.files` (how a
+file of an entry is written and recorded).
+"""
+
+from mriprep.cache.entry import FileRecord, IndexEntry, MalformedEntry
+from mriprep.cache.files import drop_written_pages, file_record, npy_checksum, npy_header
+from mriprep.cache.store import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    REPORTS_DIR,
+    REQUIRED_META,
+    TENSOR_NAMES,
+    Cache,
+    entry_key,
+)
+
+__all__ = [
+    "FORMAT_NAME", "FORMAT_VERSION", "REPORTS_DIR", "REQUIRED_META", "TENSOR_NAMES", "Cache",
+    "FileRecord", "IndexEntry", "MalformedEntry", "drop_written_pages", "entry_key",
+    "file_record", "npy_checksum", "npy_header",
+]

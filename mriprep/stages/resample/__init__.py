@@ -1,0 +1,294 @@
+"""Resample: apply a pending registration and the change of grid in one interpolation.
+
+Every output voxel centre is mapped to a continuous position in the input's voxel grid by
+one affine map, ``inv(input affine) @ template_to_subject @ output affine`` (the middle
+factor is the identity without a registration), and the input is interpolated there
+once. Two successive resamplings (register, then regrid) would blur the anatomy twice.
+
+Target grid
+    With a pending registration: the template's grid it carries. Otherwise a grid with
+    the input's axes and ``spacing``, centred on the input's field of view, covering it
+    (``round(n * input_spacing / spacing)`` voxels per axis) or with an explicit
+    ``shape`` (e.g. 256^3 at 1 mm, FastSurfer's conformed grid). With ``orientation``
+    (e.g. ``"LIA"``, FastSurfer's voxel order) the input's axes are first reordered to it,
+    as the reorient stage would but without copying a voxel: the reordering is paid for
+    in the one pass that writes the output grid. With ``axis_aligned`` the output axes
+    are the world's axes themselves (an oblique scan is rotated onto them, as
+    FreeSurfer's and FastSurfer's conform do), and with ``centre: freesurfer`` the grid
+    is centred as theirs is: output voxel ``N/2`` lies at the input's voxel ``n/2``
+    (FreeSurfer's ``c_ras``), rather than the two fields of view sharing their centre.
+    The two conventions differ by half an input voxel less half an output voxel.
+
+Images
+    ``linear`` (trilinear) or ``bspline`` (cubic B-spline, finite data only: its
+    prefilter spreads a NaN along whole lines). Anisotropic inputs, whose largest voxel
+    side exceeds ``anisotropy_threshold`` times the smallest, follow nnU-Net's idea: cubic
+    in-plane and linear along the thick axis, so that cubic ringing across 5 mm slices
+    cannot overshoot. The two steps are one separable kernel evaluated once per output
+    point: the in-plane cubic value is taken on the two slices that bracket the point and
+    blended linearly between them. Trilinear interpolation is already exactly that
+    (bilinear in-plane, then linear along the thick axis), so ``linear`` needs no special
+    case.
+
+Labels
+    ``nearest``, or ``label_linear``: each label's indicator is interpolated linearly and
+    the most probable label wins (smoother boundaries than nearest, as FreeSurfer does).
+    Either way every output value is an input label (or 0 outside the field of view).
+
+Validity
+    Conservative: an output voxel is invalid if any input voxel with a non-zero weight in
+    its interpolation kernel is invalid (support: 2 voxels per axis for linear, 4 for
+    cubic), or if it lies outside the input's field of view (beyond the outermost voxel
+    centres, with a 1e-6 voxel tolerance for round-off). The cubic B-spline prefilter is
+    recursive and reaches further, decaying by a factor 0.27 per voxel; filled voxels hold
+    plausible finite values (the sanitize stage's local fill), so that tail is harmless.
+
+Snapping onto the input's lattice (a design decision)
+    Without a pending registration, a target grid with the input's axes and spacing is
+    moved onto the input's lattice, by at most half a voxel per axis (``grid_shift_mm``),
+    and the output is an exact integer crop/pad of the input; the reasons are given in
+    :mod:`~mriprep.stages.resample.grid`.
+
+When the map sends every output voxel exactly onto an input voxel (same grid, axis
+flips, whole-voxel shifts; within 1e-9 voxel), values are copied, not interpolated: the
+same grid returns the input bit for bit (NaN on invalid voxels, which ``linear`` accepts,
+becomes 0 there as everywhere).
+
+The paths
+    The stage chooses the grid (:mod:`~mriprep.stages.resample.grid`) and the kernel
+    (:mod:`~mriprep.stages.resample.kernel`), then the cheapest path that applies the
+    rules above: the crop/pad of a snapped grid
+    (:func:`~mriprep.stages.resample.grid.crop_or_pad`), three 1D passes for an
+    axis-aligned map (:mod:`~mriprep.stages.resample.separable`), SimpleITK's resampler
+    for a rotating map with trilinear images and nearest labels
+    (:mod:`~mriprep.stages.resample.itk_path`), and otherwise the general path
+    (:mod:`~mriprep.stages.resample.general`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.stages import StageOutput, stage
+from mriprep.stages.intensity import label_values
+from mriprep.stages.reorient import axis_codes, orientation_codes, reoriented
+from mriprep.stages.resample.general import resample_arrays
+from mriprep.stages.resample.grid import (
+    crop_or_pad,
+    grid_centre,
+    snap_to_input_lattice,
+    target_grid,
+    world_axes,
+)
+from mriprep.stages.resample.itk_path import resample_linear_itk
+from mriprep.stages.resample.kernel import Kernel, anisotropic_axis, index_map
+from mriprep.stages.resample.separable import axis_sources, resample_axis_aligned
+from mriprep.core.volume import Volume
+
+
+@dataclass(frozen=True)
+class ResampleParams:
+    """Parameters of the resample stage.
+
+    Attributes
+    ----------
+    interpolation : {"linear", "bspline"}
+        Image interpolation; ``bspline`` is cubic and needs finite data.
+    label_interpolation : {"nearest", "label_linear"}
+        Label maps: nearest neighbour, or per-label linear interpolation and argmax.
+    spacing : tuple of 3 floats
+        Output voxel size (mm) when there is no pending registration.
+    shape : tuple of 3 ints or None
+        Output shape when there is no pending registration, centred on the input's field
+        of view; None covers the field of view.
+    anisotropy_threshold : float
+        Largest/smallest input spacing above which a ``bspline`` image is interpolated
+        cubic in-plane and linear along the thick axis.
+    orientation : str or None
+        Voxel order of the output grid when there is no pending registration (nibabel
+        axis codes, e.g. ``"LIA"``); None keeps the input's. With a registration the
+        template's grid decides, and setting it is an error.
+    axis_aligned : bool
+        Output axes exactly along the world axes of ``orientation`` (obliquity removed);
+        False keeps the input's (reordered) axes. Needs ``orientation``.
+    centre : {"field_of_view", "freesurfer"}
+        Where the grid is centred: on the input's field of view, or at FreeSurfer's
+        ``c_ras`` (input voxel ``n/2`` at output voxel ``N/2``).
+    """
+
+    interpolation: Literal["linear", "bspline"] = "linear"
+    label_interpolation: Literal["nearest", "label_linear"] = "nearest"
+    spacing: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    shape: tuple[int, int, int] | None = None
+    anisotropy_threshold: float = 3.0
+    orientation: str | None = None
+    axis_aligned: bool = False
+    centre: Literal["field_of_view", "freesurfer"] = "field_of_view"
+
+    def __post_init__(self):
+        if self.orientation is not None:
+            object.__setattr__(self, "orientation", axis_codes(self.orientation, "resample"))
+        elif self.axis_aligned:
+            raise PipelineConfigError(
+                "resample: axis_aligned needs an orientation to align to (e.g. LIA)"
+            )
+        spacing = tuple(float(s) for s in self.spacing)
+        if len(spacing) != 3 or not all(np.isfinite(spacing)) or min(spacing) <= 0:
+            raise PipelineConfigError(
+                f"resample: spacing must be three positive sizes in mm, got {self.spacing}"
+            )
+        object.__setattr__(self, "spacing", spacing)
+        if self.shape is not None:
+            shape = tuple(int(s) for s in self.shape)
+            if len(shape) != 3 or min(shape) < 1:
+                raise PipelineConfigError(
+                    f"resample: shape must be three positive voxel counts, got {self.shape}"
+                )
+            object.__setattr__(self, "shape", shape)
+        if not self.anisotropy_threshold >= 1:
+            raise PipelineConfigError(
+                "resample: anisotropy_threshold is a ratio of spacings and must be at "
+                f"least 1, got {self.anisotropy_threshold}"
+            )
+
+
+def _finite_data(volume: Volume, params: ResampleParams) -> np.ndarray:
+    """The image to interpolate: non-finite voxels, allowed only where invalid, zeroed
+    so that they cannot turn a neighbour's weighted sum into NaN."""
+    finite = np.isfinite(volume.data)
+    if finite.all():
+        return volume.data
+    if params.interpolation == "bspline":
+        raise StageError(
+            "resample",
+            f"{int((~finite).sum())} voxel(s) are NaN or infinite and B-spline "
+            "interpolation would spread them along whole lines of the volume; run the "
+            "'sanitize' stage first or use interpolation: linear",
+            volume.name,
+        )
+    bad_valid = ~finite & volume.valid
+    if bad_valid.any():
+        raise StageError(
+            "resample",
+            f"{int(bad_valid.sum())} voxel(s) marked valid are NaN or infinite; run the "
+            "'sanitize' stage before 'resample'",
+            volume.name,
+        )
+    return np.where(finite, volume.data, np.float32(0.0))
+
+
+def _orientation_conflict(orientation: str) -> str:
+    return (
+        f"orientation {orientation!r} is set, but a registration hands over the "
+        "template's grid, whose orientation is the template's; remove 'orientation' from "
+        "the resample step"
+    )
+
+
+def _order_check(params: ResampleParams, transform_pending: bool) -> list[str]:
+    """Refused when the pipeline loads: an orientation after a registration."""
+    if transform_pending and params.orientation:
+        return [f"stage 'resample': {_orientation_conflict(params.orientation)}"]
+    return []
+
+
+@stage("resample", ResampleParams, applies_transform=True, order_check=_order_check)
+def resample(volume: Volume, params: ResampleParams) -> StageOutput:
+    """Apply the pending registration (if any) and the target grid in one interpolation.
+
+    Parameters
+    ----------
+    volume : Volume
+    params : ResampleParams
+
+    Returns
+    -------
+    StageOutput
+        The volume on the target grid, ``pending`` cleared. Metrics: output ``shape``,
+        ``spacing`` and ``affine``, the ``grid`` source (``"template"`` or
+        ``"spacing"``), the ``kernel`` used, ``anisotropic_axis``, the
+        ``invalid_fraction`` of the output and the share ``outside_fraction`` that lies
+        outside the input's field of view, ``label_values``, and ``grid_shift_mm``: how
+        far the grid was snapped onto the input's lattice along each output axis (None
+        when it was not, see module doc), and the output ``orientation`` codes.
+
+    Raises
+    ------
+    StageError
+        Non-finite image values where they would reach the output (see module doc), or
+        an ``orientation`` set while a registration hands over the template's grid.
+    """
+    # FreeSurfer's c_ras is a voxel of the stored grid: taken before any reordering.
+    centre = grid_centre(volume.affine, volume.shape, params.centre)
+    if params.orientation is not None:
+        if volume.pending is not None:
+            raise StageError("resample", _orientation_conflict(params.orientation), volume.name)
+        # Views: the output grid is written below in one pass, reordering included.
+        volume = reoriented(volume, params.orientation, contiguous=False)
+    data = _finite_data(volume, params)
+    pending = volume.pending
+    snap = None
+    if pending is not None:
+        out_shape, out_affine = pending.target_shape, pending.target_affine
+        world_map = pending.template_to_subject
+        grid_source = "template"
+    else:
+        directions = world_axes(params.orientation) if params.axis_aligned else None
+        out_shape, out_affine = target_grid(
+            volume.affine, volume.shape, params.spacing, params.shape, directions, centre
+        )
+        snap = snap_to_input_lattice(volume.affine, volume.spacing, out_affine, params.spacing)
+        if snap is not None:
+            out_affine = snap[0]
+        world_map = np.eye(4)
+        grid_source = "spacing"
+    vox_map = np.linalg.inv(volume.affine) @ world_map @ out_affine
+    thick = anisotropic_axis(volume.spacing, params.anisotropy_threshold)
+    if snap is not None:
+        kernel = Kernel("crop_pad")
+    elif index_map(vox_map):
+        vox_map = np.rint(vox_map)
+        kernel = Kernel("copy")
+    elif params.interpolation == "linear":
+        kernel = Kernel("linear")
+    elif thick is not None:
+        kernel = Kernel("cubic_inplane", thick)
+    else:
+        kernel = Kernel("cubic")
+    sources = axis_sources(vox_map, out_shape) if kernel.kind in ("copy", "linear") else None
+    if snap is not None:
+        # The snapped affine is the input's translated by whole voxels: the map is the
+        # identity plus that translation, up to round-off.
+        offset = np.rint(vox_map[:3, 3])
+        data, valid, label, outside = crop_or_pad(volume, data, offset, out_shape)
+    elif sources is not None:
+        data, valid, label, outside = resample_axis_aligned(
+            volume, data, vox_map, out_shape, sources, params.label_interpolation
+        )
+    elif kernel.kind == "linear" and params.label_interpolation == "nearest":
+        data, valid, label, outside = resample_linear_itk(volume, data, vox_map, out_shape)
+    else:
+        data, valid, label, outside = resample_arrays(
+            volume, data, vox_map, out_shape, kernel, params.label_interpolation
+        )
+    invalid_fraction = 1.0 - float(np.count_nonzero(valid)) / valid.size
+    out = volume.replace(data=data, valid=valid, label=label, affine=out_affine, pending=None,
+                         applied=pending if pending is not None else volume.applied)
+    metrics = {
+        "grid": grid_source,
+        "shape": list(out.shape),
+        "spacing": [round(s, 9) for s in out.spacing],
+        "affine": out_affine.tolist(),
+        "kernel": kernel.describe(),
+        "anisotropic_axis": thick,
+        "invalid_fraction": invalid_fraction,
+        "outside_fraction": outside / valid.size,
+        "label_values": None if label is None else label_values(label),
+        "grid_shift_mm": None if snap is None else [float(x) for x in snap[1]],
+        "orientation": orientation_codes(out_affine),
+    }
+    return StageOutput(out, metrics)
