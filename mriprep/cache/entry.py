@@ -90,6 +90,16 @@ class IndexEntry:
         return IndexEntry(self.key, {**self._doc, "split": split})
 
     @property
+    def ref(self) -> str:
+        """How findings identify the entry: its key."""
+        return self.key
+
+    @property
+    def finding_name(self) -> str:
+        """How messages name the entry: ``subject/session [key prefix]``."""
+        return entry_name(self.subject_id, self.session_id, self.key)
+
+    @property
     def subject_id(self) -> str:
         return self._doc["subject_id"]
 
@@ -221,3 +231,9 @@ def _file_record(name: str, info: dict[str, Any], tensor: bool) -> FileRecord:
 
 def _tuple_or_none(value: list | None) -> tuple | None:
     return None if value is None else tuple(value)
+
+
+def entry_name(subject_id: Any, session_id: str, key: str) -> str:
+    """How messages name an entry, from its parts (also for an index document that is not
+    a well-formed entry)."""
+    return f"{subject_id}{'/' + session_id if session_id else ''} [{key[:12]}]"

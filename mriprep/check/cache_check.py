@@ -52,8 +52,8 @@ from mriprep.check.manifest import (
     manifest_rows,
     read_run_report,
 )
-from mriprep.check.report import CheckReport, by_label, summarise_splits
-from mriprep.core.findings import Finding
+from mriprep.check.report import CheckReport, by_name, count_splits
+from mriprep.core.findings import Finding, Severity
 from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 
 
@@ -116,14 +116,14 @@ def check_cache(
     try:
         raw_index = cache.read_index()
     except CacheError as exc:
-        report.findings.append(Finding("error", "index-unreadable", str(exc)))
+        report.findings.append(Finding(Severity.ERROR, "index-unreadable", str(exc)))
         report.seconds = time.perf_counter() - started
         return report
     report.entries = len(raw_index)
     if not raw_index:
         report.findings.append(
             Finding(
-                "error", "empty-cache", f"{root} has no indexed entries; run `mriprep run` first"
+                Severity.ERROR, "empty-cache", f"{root} has no indexed entries; run `mriprep run` first"
             )
         )
     index, malformed = well_formed_entries(raw_index)
@@ -134,7 +134,7 @@ def check_cache(
     read_start = time.perf_counter()
     scans = scan_entries(cache, index, workers, progress)
     report.read_seconds = time.perf_counter() - read_start
-    for key in by_label(index, scans):
+    for key in by_name(index, scans):
         report.findings += scans[key].findings
         report.bytes_read += scans[key].bytes_read
 
@@ -147,7 +147,7 @@ def check_cache(
         report.near_duplicate_search,
     )
     report.findings += check_labels(index, scans, allowed_labels)
-    report.splits = summarise_splits(index, scans)
+    report.splits = count_splits(index, scans)
     report.pipeline_hashes = dict(Counter(e.pipeline_hash for e in index.values()))
     if rows is not None:
         report.findings += check_against_manifest(

@@ -14,10 +14,9 @@ from typing import Any, Callable
 import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
-from mriprep.check.report import entry_label
 from mriprep.check.tensors import scan_tensor_file
 from mriprep.core.hashing import CHUNK_BYTES, file_checksum
-from mriprep.core.findings import Finding
+from mriprep.core.findings import Finding, Severity
 
 
 @dataclass
@@ -54,11 +53,11 @@ def scan_entry(cache: Cache, entry: IndexEntry, buffer: bytearray | None = None)
     """
     key = entry.key
     result = EntryScan(key)
-    name = entry_label(entry)
+    name = entry.finding_name
     subject = (entry.subject_id,)
 
     def report(code: str, message: str) -> None:
-        result.findings.append(Finding("error", code, f"{name}: {message}", (key,), subject))
+        result.findings.append(Finding(Severity.ERROR, code, f"{name}: {message}", (key,), subject))
 
     meta_path = cache.entry_dir(key) / "meta.json"
     try:

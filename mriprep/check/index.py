@@ -14,16 +14,17 @@ from typing import Any, Iterable
 import numpy as np
 
 from mriprep.cache import IndexEntry, MalformedEntry
-from mriprep.check.report import by_label, entry_label, label_of, subjects_of
-from mriprep.core.findings import Finding, named
+from mriprep.cache.entry import entry_name
+from mriprep.check.report import by_name, subjects_of
+from mriprep.core.findings import Finding, Severity, named
 from mriprep.splits import (
     NEAR_DUPLICATE_THRESHOLD,
-    SplitItem,
     find_identical,
     find_near_duplicates,
     find_subject_leaks,
     find_unassigned,
 )
+
 
 def well_formed_entries(
     raw_index: dict[str, Any],
@@ -45,12 +46,12 @@ def well_formed_entries(
             index[key] = IndexEntry.from_json(key, doc)
         except MalformedEntry as exc:
             ids = doc if isinstance(doc, dict) else {}
-            label = label_of(ids.get("subject_id", "?"), ids.get("session_id") or "", key)
+            name = entry_name(ids.get("subject_id", "?"), ids.get("session_id") or "", key)
             findings.append(
                 Finding(
-                    "error",
+                    Severity.ERROR,
                     "index-malformed",
-                    f"{label}: index entry {'; '.join(exc.problems)}",
+                    f"{name}: index entry {'; '.join(exc.problems)}",
                     (key,),
                 )
             )
@@ -98,9 +99,9 @@ def check_geometry(entry: IndexEntry) -> list[Finding]:
                     f"recorded spacing {list(entry.spacing)} differs from the affine's voxel "
                     f"size {np.round(norms, 6).tolist()}"
                 )
-    name = entry_label(entry)
+    name = entry.finding_name
     return [
-        Finding("error", "geometry", f"{name}: {p}", (entry.key,), (entry.subject_id,))
+        Finding(Severity.ERROR, "geometry", f"{name}: {p}", (entry.key,), (entry.subject_id,))
         for p in problems
     ]
 
@@ -159,7 +160,7 @@ def check_index(
     search_info : dict, optional
         Filled with how the near-duplicate search ran (method, pairs compared, seconds).
     """
-    items = [_entry_item(entry) for entry in index.values()]
+    items = list(index.values())  # an index entry is a SplitMember
     findings = _check_pipeline(index)
     findings += find_unassigned(
         items, "give every manifest row a split (`mriprep splits --assign`) and rerun `mriprep run`"
@@ -195,12 +196,6 @@ def check_index(
     return findings
 
 
-def _entry_item(entry: IndexEntry) -> SplitItem:
-    return SplitItem(
-        entry.key, entry.subject_id, entry.session_id, entry.split, entry_label(entry)
-    )
-
-
 def _pipeline_name(entry: IndexEntry) -> str:
     return "?" if entry.pipeline_name is None else entry.pipeline_name
 
@@ -219,17 +214,17 @@ def _check_pipeline(index: dict[str, IndexEntry]) -> list[Finding]:
     has_majority = len(ranked[0][1]) > len(ranked[1][1])
     findings = []
     for pipeline_hash, keys in ranked[1:] if has_majority else ranked:
-        keys = by_label(index, keys)
+        keys = by_name(index, keys)
         splits = sorted({index[k].split or "(none)" for k in keys})
         name = _pipeline_name(index[keys[0]])
         findings.append(
             Finding(
-                "error",
+                Severity.ERROR,
                 "pipeline-mismatch",
                 f"{len(keys)} entr{'y' if len(keys) == 1 else 'ies'} (split {', '.join(splits)}) "
                 f"{'was' if len(keys) == 1 else 'were'} made by pipeline {name} "
                 f"{pipeline_hash[:12]}: "
-                f"{named([entry_label(index[k]) for k in keys])}. The cache mixes "
+                f"{named([index[k].finding_name for k in keys])}. The cache mixes "
                 f"{len(ranked)} pipelines (entries per hash: {counts}); train, val and test "
                 "must be preprocessed the same way: rerun `mriprep run` with one pipeline, "
                 "or remove the stale entries",
@@ -256,13 +251,13 @@ def _check_grids(index: dict[str, IndexEntry]) -> list[Finding]:
         ranked = sorted(grids.items(), key=lambda kv: -len(kv[1]))
         desc = "; ".join(
             f"shape {list(shape)} spacing {list(spacing)}: {len(keys)} entries "
-            f"(e.g. {entry_label(index[keys[0]])})"
+            f"(e.g. {index[keys[0]].finding_name})"
             for (shape, spacing), keys in ranked
         )
         minority = sorted(k for _, keys in ranked[1:] for k in keys)
         findings.append(
             Finding(
-                "warning",
+                Severity.WARNING,
                 "grid-mismatch",
                 f"pipeline {pipeline_hash[:12]} produced {len(grids)} different grids ({desc}); "
                 "whole-volume batches need one shape",
@@ -316,10 +311,10 @@ def _check_near_duplicates(
             continue
         findings.append(
             Finding(
-                "warning",
+                Severity.WARNING,
                 "near-duplicate",
-                f"{entry_label(ea)} ({ea.split or 'no split'}) and "
-                f"{entry_label(eb)} ({eb.split or 'no split'}) look like the same "
+                f"{ea.finding_name} ({ea.split or 'no split'}) and "
+                f"{eb.finding_name} ({eb.split or 'no split'}) look like the same "
                 f"scan (fingerprint correlation {corr:.3f} >= {threshold}); if they are one "
                 "person under two ids, merge the ids in the manifest",
                 (a, b),

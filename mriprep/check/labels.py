@@ -12,8 +12,8 @@ from typing import Any, Iterable
 
 from mriprep.cache import IndexEntry
 from mriprep.check.entries import EntryScan
-from mriprep.check.report import by_label, entry_label, subjects_of
-from mriprep.core.findings import Finding
+from mriprep.check.report import by_name, subjects_of
+from mriprep.core.findings import Finding, Severity
 
 
 def recorded_label_set(entry: IndexEntry, meta: dict[str, Any] | None) -> set[int] | None:
@@ -45,7 +45,7 @@ def check_labels(
     findings = []
     unchecked: list[str] = []
     unchecked_values: set = set()
-    for key in by_label(index, scans):
+    for key in by_name(index, scans):
         scan = scans[key]
         if scan.label_counts is None:
             continue
@@ -61,9 +61,9 @@ def check_labels(
             shown = ", ".join(f"{v} ({c} voxels)" for v, c in sorted(bad.items())[:10])
             findings.append(
                 Finding(
-                    "error",
+                    Severity.ERROR,
                     "label-values",
-                    f"{entry_label(index[key])}: label.npy holds value(s) outside the "
+                    f"{index[key].finding_name}: label.npy holds value(s) outside the "
                     f"allowed set {_compact(entry_allowed)}: {shown}; fix the label map or "
                     "the pipeline's label list",
                     (key,),
@@ -73,7 +73,7 @@ def check_labels(
     if unchecked:
         findings.append(
             Finding(
-                "warning",
+                Severity.WARNING,
                 "labels-unchecked",
                 f"{len(unchecked)} entr{'y has' if len(unchecked) == 1 else 'ies have'} label "
                 f"maps but no recorded set of allowed values (found {_compact(unchecked_values)}); "

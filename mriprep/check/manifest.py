@@ -11,8 +11,8 @@ from typing import Any, Collection, Iterable
 
 from mriprep.cache import IndexEntry
 from mriprep.core.errors import CacheError
-from mriprep.check.report import entry_label, subjects_of
-from mriprep.core.findings import Finding, named
+from mriprep.check.report import subjects_of
+from mriprep.core.findings import Finding, Severity, named
 from mriprep.run.reports import latest_report_path
 
 def read_run_report(cache_root: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
@@ -77,7 +77,7 @@ def check_against_manifest(
             if row.split and row.split != cache_split:
                 findings.append(
                     Finding(
-                        "error",
+                        Severity.ERROR,
                         "manifest-split-mismatch",
                         f"{name} is in split {row.split!r} in {manifest_name} but in "
                         f"{cache_split or 'no split'!r} in the cache; rerun `mriprep run` with "
@@ -95,7 +95,7 @@ def check_against_manifest(
             at = f" at stage {status['stage']!r}" if status.get("stage") else ""
             findings.append(
                 Finding(
-                    "error",
+                    Severity.ERROR,
                     "manifest-failed",
                     f"{name} failed preprocessing{at} and is not cached: "
                     f"{status.get('reason') or 'no reason recorded'}. Fix it and rerun, or, "
@@ -116,7 +116,7 @@ def check_against_manifest(
         )
         findings.append(
             Finding(
-                "error",
+                Severity.ERROR,
                 "manifest-missing",
                 f"{len(missing)} row(s) of {manifest_name} are not in the cache and {why}: "
                 f"{named(missing)}; run `mriprep run` on the manifest to complete the cache",
@@ -127,7 +127,7 @@ def check_against_manifest(
     if excluded_rows:
         findings.append(
             Finding(
-                "warning",
+                Severity.WARNING,
                 "manifest-excluded",
                 f"{len(excluded_rows)} row(s) of {manifest_name} are not cached and listed "
                 f"as known exclusions: {named(excluded_rows)}",
@@ -139,10 +139,10 @@ def check_against_manifest(
     if extra:
         findings.append(
             Finding(
-                "warning",
+                Severity.WARNING,
                 "not-in-manifest",
                 f"{len(extra)} cache entr{'y is' if len(extra) == 1 else 'ies are'} not in "
-                f"{manifest_name}: {named([entry_label(index[k]) for k in extra])}; "
+                f"{manifest_name}: {named([index[k].finding_name for k in extra])}; "
                 "a Dataset over the cache will still train on them",
                 tuple(extra),
                 subjects_of(index, extra),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from mriprep.check.report import CheckReport
+from mriprep.core.findings import Severity
 
 MAX_FINDINGS_PER_CODE = 20
 
@@ -43,7 +44,7 @@ def render_report(report: CheckReport) -> str:
     if by_code:
         lines.append("")
     for (severity, code), findings in sorted(
-        by_code.items(), key=lambda kv: (kv[0][0] != "error", kv[0][1])
+        by_code.items(), key=lambda kv: (kv[0][0] != Severity.ERROR, kv[0][1])
     ):
         for finding in findings[:MAX_FINDINGS_PER_CODE]:
             lines.append(f"{severity.upper():<8}{code:<24}{finding.message}")

@@ -1,4 +1,4 @@
-"""The report model of ``mriprep check``: per-split summaries, the report, entry names."""
+"""The report model of ``mriprep check``: per-split counts, the report, entry names."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class SplitSummary:
+class SplitCounts:
     """What one split holds, so that a skewed split is visible at a glance.
 
     ``invalid_fraction`` is the share of voxels whose ``valid`` mask is False (filled or
@@ -60,7 +60,7 @@ class CheckReport(FindingsMixin):
     cache: str
     entries: int = 0
     findings: list[Finding] = field(default_factory=list)
-    splits: dict[str, SplitSummary] = field(default_factory=dict)
+    splits: dict[str, SplitCounts] = field(default_factory=dict)
     pipeline_hashes: dict[str, int] = field(default_factory=dict)
     bytes_read: int = 0
     read_seconds: float = 0.0
@@ -93,19 +93,9 @@ class CheckReport(FindingsMixin):
         }
 
 
-def entry_label(entry: IndexEntry) -> str:
-    """How messages name an entry: ``subject/session [key prefix]``."""
-    return label_of(entry.subject_id, entry.session_id, entry.key)
-
-
-def label_of(subject_id: Any, session_id: str, key: str) -> str:
-    """:func:`entry_label` from the parts (for an index document that is no entry)."""
-    return f"{subject_id}{'/' + session_id if session_id else ''} [{key[:12]}]"
-
-
-def by_label(index: dict[str, IndexEntry], keys: Iterable[str]) -> list[str]:
-    """Cache keys in the order messages list them: by :func:`entry_label`."""
-    return sorted(keys, key=lambda k: entry_label(index[k]))
+def by_name(index: dict[str, IndexEntry], keys: Iterable[str]) -> list[str]:
+    """Cache keys in the order messages list them: by their entries' names."""
+    return sorted(keys, key=lambda k: index[k].finding_name)
 
 
 def subjects_of(index: dict[str, IndexEntry], keys: Iterable[str]) -> tuple[str, ...]:
@@ -113,15 +103,15 @@ def subjects_of(index: dict[str, IndexEntry], keys: Iterable[str]) -> tuple[str,
     return tuple(sorted({index[k].subject_id for k in keys}))
 
 
-def summarise_splits(
+def count_splits(
     index: dict[str, IndexEntry], scans: dict[str, EntryScan]
-) -> dict[str, SplitSummary]:
+) -> dict[str, SplitCounts]:
     """Per-split counts, invalid-voxel fraction and label shares."""
-    summaries: dict[str, SplitSummary] = {}
+    counts: dict[str, SplitCounts] = {}
     subjects: dict[str, set] = defaultdict(set)
     for key, entry in index.items():
         split = entry.split or "(none)"
-        s = summaries.setdefault(split, SplitSummary(split))
+        s = counts.setdefault(split, SplitCounts(split))
         s.entries += 1
         subjects[split].add(entry.subject_id)
         s.sessions += 1 if entry.session_id else 0
@@ -135,6 +125,6 @@ def summarise_splits(
             s.labelled_entries += 1
             for value, count in scan.label_counts.items():
                 s.label_counts[value] = s.label_counts.get(value, 0) + count
-    for split, s in summaries.items():
+    for split, s in counts.items():
         s.subjects = len(subjects[split])
-    return summaries
+    return counts

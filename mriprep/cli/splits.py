@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.errors import ManifestError
+from mriprep.core.findings import Severity
 from mriprep.splits import (
     Assignment,
     SplitsReport,
@@ -187,7 +188,7 @@ def render(
         lines.append(f"note: {note}")
     if report.findings:
         lines.append("")
-    for finding in sorted(report.findings, key=lambda f: (f.severity != "error", f.code)):
+    for finding in sorted(report.findings, key=lambda f: (f.severity != Severity.ERROR, f.code)):
         lines.append(f"{finding.severity.upper():<8}{finding.code:<20}{finding.message}")
     verdict = "OK" if report.ok else "FAILED"
     lines += ["", f"{verdict}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mriprep.core.limits import INT16
+from mriprep.core.limits import smallest_label_dtype
 from mriprep.core.errors import HeaderError, InputError
 from mriprep.inputs.formats import OpenedImage, read_voxels
 from mriprep.inputs.headers import ImageHeader, matrix_text
@@ -89,6 +89,4 @@ def _integer_labels(path: Path, raw: np.ndarray) -> np.ndarray:
 def _compact_labels(raw: np.ndarray) -> np.ndarray:
     """Integer labels as int16 when every value fits (the cache's label type), else
     int32; C order, so that later stages walk them as they walk the image."""
-    fits = INT16
-    small = raw.size == 0 or (raw.min() >= fits.min and raw.max() <= fits.max)
-    return raw.astype(np.int16 if small else np.int32, order="C")
+    return raw.astype(smallest_label_dtype(raw), order="C")

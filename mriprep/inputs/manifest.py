@@ -65,6 +65,16 @@ class ManifestRow:
         """How reports refer to the scan: ``sub-01`` or ``sub-01/ses-1``."""
         return f"{self.subject_id}/{self.session_id}" if self.session_id else self.subject_id
 
+    @property
+    def ref(self) -> str:
+        """How findings identify the row: its line in the manifest."""
+        return f"line {self.row}"
+
+    @property
+    def finding_name(self) -> str:
+        """How messages name the row: ``sub-01/ses-1 (line 12)``."""
+        return f"{self.name} (line {self.row})"
+
 
 @dataclass(frozen=True)
 class Manifest:

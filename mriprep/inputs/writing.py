@@ -15,7 +15,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from mriprep.core.limits import INT16
+from mriprep.core.limits import smallest_label_dtype
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import InputError
 from mriprep.core.volume import Volume
@@ -54,9 +54,7 @@ def save_label(volume: Volume, path: str | os.PathLike) -> Path:
             "load it with load_volume(..., label_path=...) first"
         )
     label = volume.label
-    info = INT16
-    fits_int16 = label.size == 0 or (label.min() >= info.min and label.max() <= info.max)
-    out = label.astype(np.int16 if fits_int16 else np.int32, copy=False)
+    out = label.astype(smallest_label_dtype(label), copy=False)
     return _save_nifti(out, volume.affine, Path(path))
 
 

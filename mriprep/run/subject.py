@@ -69,29 +69,29 @@ def process_subject(
         ITK/BLAS threads for this worker.
     """
     start = time.perf_counter()
-    progress = _Progress("load")
+    current = _Current("load")
     fields: dict[str, Any] = {}
     stage_failure_metrics: dict[str, Any] = {}
     try:
         configure_worker(threads)
-        fields = _process(row, pipeline, Cache(cache_root), force, progress)
+        fields = _process(row, pipeline, Cache(cache_root), force, current)
     except StageError as exc:
         fields = dict(stage=exc.stage, reason=exc.reason)
         stage_failure_metrics = exc.metrics
     except MriprepError as exc:
-        fields = dict(stage=progress.stage, reason=str(exc))
+        fields = dict(stage=current.stage, reason=str(exc))
     except Exception as exc:  # noqa: BLE001 - one subject's bug must not stop the cohort
-        fields = dict(stage=progress.stage, reason=f"{type(exc).__name__}: {exc}",
+        fields = dict(stage=current.stage, reason=f"{type(exc).__name__}: {exc}",
                       traceback=traceback.format_exc(limit=8))
     if "status" not in fields:  # failed: what ran so far is the subject's record
-        if progress.volume is not None:
-            fields.update(metrics=stage_metrics(progress.volume.provenance),
-                          warnings=stage_warnings(progress.volume.provenance))
+        if current.volume is not None:
+            fields.update(metrics=stage_metrics(current.volume.provenance),
+                          warnings=stage_warnings(current.volume.provenance))
         if stage_failure_metrics:
             metrics = dict(fields.get("metrics", {}))
             metrics[fields["stage"]] = jsonable(stage_failure_metrics)
             fields["metrics"] = metrics
-        fields["key"] = progress.key
+        fields["key"] = current.key
     return SubjectResult.of(
         row, **fields,
         seconds=round(time.perf_counter() - start, 3),
@@ -101,7 +101,7 @@ def process_subject(
 
 
 @dataclass
-class _Progress:
+class _Current:
     """Where a task is, so that an unexpected error still names its stage."""
 
     stage: str
@@ -110,11 +110,11 @@ class _Progress:
 
 
 def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
-             progress: _Progress) -> dict[str, Any]:
+             current: _Current) -> dict[str, Any]:
     """The result fields of a subject that is cached or skipped (raises on failure)."""
     hashes = input_hashes(row)
     key = entry_key(row.subject_id, row.session_id, hashes, pipeline.hash)
-    progress.key = key
+    current.key = key
     if not force and cache.has_entry(key, verify=True):
         meta = cache.read_meta(key)
         return dict(status="skipped", key=key, entry=IndexEntry.from_meta(key, meta),
@@ -125,10 +125,10 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
     from mriprep.inputs.readers import load_volume
 
     volume = load_volume(row.image, row.label, subject_id=row.subject_id)
-    progress.volume = volume
-    volume = run_stages(volume, pipeline, progress)
+    current.volume = volume
+    volume = run_stages(volume, pipeline, current)
 
-    progress.stage = "cache"
+    current.stage = "cache"
     tensors = output_tensors(volume, pipeline.output_dtype)
     meta, extra_files = entry_meta(row, pipeline, hashes, volume)
     entry = cache.write_entry(key, tensors, meta, replace=replace, extra_files=extra_files)
@@ -153,7 +153,7 @@ def input_hashes(row: ManifestRow) -> dict[str, str]:
     return hashes
 
 
-def run_stages(volume: Volume, pipeline: Pipeline, progress: _Progress | None = None) -> Volume:
+def run_stages(volume: Volume, pipeline: Pipeline, current: _Current | None = None) -> Volume:
     """Run every step of ``pipeline`` on ``volume`` and return the final volume.
 
     Raises
@@ -162,11 +162,11 @@ def run_stages(volume: Volume, pipeline: Pipeline, progress: _Progress | None = 
         From the failing stage, or when a transform handed over was never applied
         (a pipeline the loader accepted cannot end so; a hand-made one can).
     """
-    progress = progress or _Progress("")
+    current = current or _Current("")
     for step in pipeline.steps:
-        progress.stage = step.name
+        current.stage = step.name
         volume = get_stage(step.name)(volume, step.params)
-        progress.volume = volume
+        current.volume = volume
     if volume.pending is not None:
         raise StageError(
             pipeline.steps[-1].name,

@@ -23,7 +23,7 @@ other directly.
 """
 
 from mriprep.splits.assignment import Assignment, assign_splits, parse_fractions
-from mriprep.splits.leaks import SplitItem, find_identical, find_subject_leaks, find_unassigned
+from mriprep.splits.leaks import SplitMember, find_identical, find_subject_leaks, find_unassigned
 from mriprep.splits.manifest_check import SplitsReport, check_manifest_splits
 from mriprep.splits.near_duplicates import (
     EXACT_SEARCH_MAX,
@@ -35,7 +35,7 @@ __all__ = [
     "EXACT_SEARCH_MAX",
     "NEAR_DUPLICATE_THRESHOLD",
     "Assignment",
-    "SplitItem",
+    "SplitMember",
     "SplitsReport",
     "assign_splits",
     "check_manifest_splits",

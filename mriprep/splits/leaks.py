@@ -1,6 +1,6 @@
 """Leaks between splits, found on scans described only by their ids and split.
 
-The checks here read no file: each takes :class:`SplitItem` records (a cache entry for
+The checks here read no file: each takes :class:`SplitMember` records (a cache entry for
 ``mriprep check``, a manifest row for ``mriprep splits``) and returns every problem as a
 :class:`~mriprep.core.findings.Finding`, naming the scans by their ``ref``:
 
@@ -15,34 +15,39 @@ The checks here read no file: each takes :class:`SplitItem` records (a cache ent
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Protocol
 
 from mriprep.core.findings import Finding, Severity, named
 
 
-@dataclass(frozen=True)
-class SplitItem:
-    """One scan as the split checks see it: a cache entry or a manifest row.
+class SplitMember(Protocol):
+    """One scan as the split checks see it: a manifest row
+    (:class:`~mriprep.inputs.manifest.ManifestRow`) or a cache entry
+    (:class:`~mriprep.cache.IndexEntry`), both of which have these fields.
 
-    ``ref`` identifies it in findings (a cache key, or ``"line 12"``); ``name`` is how
-    messages show it.
+    ``ref`` identifies it in findings (a cache key, or ``"line 12"``); ``finding_name``
+    is how messages show it.
     """
 
-    ref: str
-    subject_id: str
-    session_id: str
-    split: str
-    name: str
+    @property
+    def ref(self) -> str: ...
+    @property
+    def subject_id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def split(self) -> str: ...
+    @property
+    def finding_name(self) -> str: ...
 
 
 def _entries(n: int) -> str:
     return f"{n} scan{'' if n == 1 else 's'}"
 
 
-def find_unassigned(items: Iterable[SplitItem], fix: str) -> list[Finding]:
+def find_unassigned(items: Iterable[SplitMember], fix: str) -> list[Finding]:
     """One error listing every scan without a split; ``fix`` says how to assign them."""
-    loose = sorted((i for i in items if not i.split), key=lambda i: i.name)
+    loose = sorted((i for i in items if not i.split), key=lambda i: i.finding_name)
     if not loose:
         return []
     return [
@@ -50,16 +55,16 @@ def find_unassigned(items: Iterable[SplitItem], fix: str) -> list[Finding]:
             Severity.ERROR,
             "split-missing",
             f"{_entries(len(loose))} {'has' if len(loose) == 1 else 'have'} no split: "
-            f"{named([i.name for i in loose])}; {fix}",
+            f"{named([i.finding_name for i in loose])}; {fix}",
             tuple(i.ref for i in loose),
             tuple(sorted({i.subject_id for i in loose})),
         )
     ]
 
 
-def find_subject_leaks(items: Iterable[SplitItem], fix: str) -> list[Finding]:
+def find_subject_leaks(items: Iterable[SplitMember], fix: str) -> list[Finding]:
     """One error per subject whose scans (sessions) are in more than one split."""
-    by_subject: dict[str, list[SplitItem]] = defaultdict(list)
+    by_subject: dict[str, list[SplitMember]] = defaultdict(list)
     for item in items:
         by_subject[item.subject_id].append(item)
     findings = []
@@ -86,7 +91,7 @@ def find_subject_leaks(items: Iterable[SplitItem], fix: str) -> list[Finding]:
 
 
 def find_identical(
-    items: Iterable[SplitItem],
+    items: Iterable[SplitMember],
     hashes: Mapping[str, Iterable[str]],
     code: str,
     what: str,
@@ -96,7 +101,7 @@ def find_identical(
 
     Parameters
     ----------
-    items : iterable of SplitItem
+    items : iterable of SplitMember
     hashes : mapping
         ``ref`` -> the content hashes of that scan (e.g. the SHA-256 of its input image).
     code : str
@@ -122,10 +127,10 @@ def find_identical(
         if len(refs) < 2 or any(refs <= seen for seen in reported):
             continue
         reported.append(set(refs))
-        scans = sorted((items[r] for r in refs), key=lambda i: i.name)
+        scans = sorted((items[r] for r in refs), key=lambda i: i.finding_name)
         subjects = sorted({s.subject_id for s in scans})
         splits = sorted({s.split or "(none)" for s in scans})
-        where = named([f"{s.name} ({s.split or 'no split'})" for s in scans])
+        where = named([f"{s.finding_name} ({s.split or 'no split'})" for s in scans])
         label = what.format(digest[:16])
         if len(subjects) == 1 and len(splits) == 1:
             findings.append(

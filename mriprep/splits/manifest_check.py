@@ -1,7 +1,7 @@
 """The split checks of ``mriprep splits``: on a manifest, before any preprocessing.
 
 :func:`check_manifest_splits` runs the leak checks of :mod:`mriprep.splits.leaks` on the
-rows of a manifest (each as a :class:`~mriprep.splits.leaks.SplitItem` whose ref is its
+rows of a manifest (a row is a :class:`~mriprep.splits.leaks.SplitMember` whose ref is its
 line, ``"line 12"``): every row has a split, all sessions of a subject share one, and no
 image file's content (SHA-256, see :func:`hash_images`) appears under two subject ids or
 in two splits. It returns a :class:`SplitsReport` with every finding and the subjects
@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from mriprep.core.findings import Finding, FindingsMixin
 from mriprep.core.hashing import sha256_file
-from mriprep.splits.leaks import SplitItem, find_identical, find_subject_leaks, find_unassigned
+from mriprep.splits.leaks import find_identical, find_subject_leaks, find_unassigned
 
 
 @dataclass
@@ -43,15 +43,6 @@ class SplitsReport(FindingsMixin):
             "splits": self.splits,
             "files_hashed": self.files_hashed,
         }
-
-
-def row_item(row: Any) -> SplitItem:
-    """A manifest row (``mriprep.inputs.manifest.ManifestRow``) as a :class:`SplitItem`."""
-    session = row.session_id or ""
-    name = f"{row.subject_id}/{session}" if session else row.subject_id
-    return SplitItem(
-        f"line {row.row}", row.subject_id, session, row.split, f"{name} (line {row.row})"
-    )
 
 
 def split_counts(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
@@ -98,21 +89,19 @@ def check_manifest_splits(
     """
     rows = list(manifest.rows)
     report = SplitsReport(manifest=str(getattr(manifest, "path", "")), rows=len(rows))
-    items = [row_item(r) for r in rows]
     report.findings += find_unassigned(
-        items, "assign splits per subject with `mriprep splits MANIFEST --assign ... -o OUT`"
+        rows, "assign splits per subject with `mriprep splits MANIFEST --assign ... -o OUT`"
     )
     report.findings += find_subject_leaks(
-        items, "put every session of a subject in one split (`mriprep splits --assign --reassign`)"
+        rows, "put every session of a subject in one split (`mriprep splits --assign --reassign`)"
     )
     if hash_files:
         digests = hash_images([r.image for r in rows], workers)
         report.files_hashed = len(digests)
-        hashes = {
-            item.ref: [digests[r.image]] for item, r in zip(items, rows) if r.image in digests
-        }
+        hashes = {r.ref: [digests[r.image]] for r in rows if r.image in digests}
+        # A manifest row is a SplitMember: the leak checks take the rows as they are.
         report.findings += find_identical(
-            items, hashes, "duplicate-input", "image file (sha256 {})"
+            rows, hashes, "duplicate-input", "image file (sha256 {})"
         )
     report.splits = split_counts(rows)
     return report

@@ -1,8 +1,9 @@
 """mask_slices, the stage: planted incomplete and artifact slices are found, clean slices
 never.
 
-Volumes are the MNI152 brain with a bias field and Rician noise, on a 2 mm isotropic grid
-and on a 2x2x6 mm thick-slice grid (averaged over each slab, as a thick acquisition is).
+Volumes are the stage tests' synthetic person (not the template) scanned with a bias field
+and Rician noise, on a 2 mm isotropic grid and on a 2x2x5 mm thick-slice grid (averaged
+over each slab, as a thick acquisition is).
 The last test scores the stage on the demo cohort's planted defects, as `make bench` does.
 """
 
