@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from mriprep import check as chk
+from mriprep.cache import Cache, IndexEntry, file_record
 from mriprep.check.index import check_index
 from mriprep.check.tensors import FINGERPRINT_BLOCKS, block_edges
-from mriprep.cache import Cache, IndexEntry, file_record
 from mriprep.core.hashing import checksum_file
 
 PIPELINE = hashlib.sha256(b"bench pipeline").hexdigest()

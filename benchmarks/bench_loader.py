@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from mriprep.cache import Cache, entry_key
-from mriprep.training import MRIDataset, make_dataloader
 from mriprep.inputs.templates import load_mni152_tissue, load_template
+from mriprep.training import MRIDataset, make_dataloader
 
 PAGE = 4096
 

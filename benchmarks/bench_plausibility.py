@@ -24,17 +24,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mriprep.core.errors import StageError  # noqa: E402
+from mriprep.core.volume import Volume  # noqa: E402
 from mriprep.demo.calibration import (  # noqa: E402
     calibration_cases,
     expected_checks,
     plausibility_cases,
 )
-from mriprep.core.errors import StageError  # noqa: E402
 from mriprep.pipelines import load_pipeline  # noqa: E402
 from mriprep.stages import get_stage  # noqa: E402
 from mriprep.stages.plausibility import PlausibilityParams, broken_checks, measure  # noqa: E402
 from mriprep.stages.validate import ValidateParams, head_coverage  # noqa: E402
-from mriprep.core.volume import Volume  # noqa: E402
 
 # Measure -> (how to read it from a row, the limit(s) it is held to).
 _DEFAULTS, _VALIDATE = PlausibilityParams(), ValidateParams()

@@ -34,11 +34,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from mriprep.core.volume import Volume  # noqa: E402
 from mriprep.demo import build_demo_cohort, load_demo_cohort  # noqa: E402
 from mriprep.demo.verify import as_reoriented  # noqa: E402
 from mriprep.inputs.readers import load_volume  # noqa: E402
 from mriprep.stages import get_stage  # noqa: E402
-from mriprep.core.volume import Volume  # noqa: E402
 
 INCOMPLETE_KINDS = ("zero_slab",)
 ARTIFACT_KINDS = ("spike_slice", "dropout_slice")

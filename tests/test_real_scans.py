@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mriprep.core.errors import StageError
 from mriprep.demo.calibration import ACQUISITIONS, preprocessed, real_head
 from mriprep.demo.real_scans import HOW_TO_GET, real_scans_folder
 from mriprep.demo.scanner import Acquisition, acquire
 from mriprep.demo.verify import CONSISTENCY_MAX_LIMIT_MM, CONSISTENCY_MEAN_LIMIT_MM
-from mriprep.core.errors import StageError
+from mriprep.stages import get_stage
 from mriprep.stages.registration.geometry import rigid_matrix, target_registration_error
 from mriprep.stages.registration.template import template_brain_points
-from mriprep.stages import get_stage
 
 pytestmark = pytest.mark.skipif(real_scans_folder() is None,
                                 reason=f"real scans not installed: {HOW_TO_GET}")

@@ -13,6 +13,7 @@ import numpy as np
 
 from mriprep.core.errors import CacheError
 
+
 class MalformedEntry(CacheError, ValueError):
     """An index entry that is not well formed: ``problems`` says what it lacks or holds
     wrongly, each naming the field (``lacks 'pipeline_hash'``)."""

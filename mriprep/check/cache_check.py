@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from mriprep.cache import Cache
-from mriprep.core.errors import CacheError
 from mriprep.check.entries import scan_entries
 from mriprep.check.index import check_geometry, check_index, well_formed_entries
 from mriprep.check.labels import check_labels
@@ -53,6 +52,7 @@ from mriprep.check.manifest import (
     read_run_report,
 )
 from mriprep.check.report import CheckReport, by_name, count_splits
+from mriprep.core.errors import CacheError
 from mriprep.core.findings import Finding, Severity
 from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.check.tensors import scan_tensor_file
-from mriprep.core.hashing import CHUNK_BYTES, file_checksum
 from mriprep.core.findings import Finding, Severity
+from mriprep.core.hashing import CHUNK_BYTES, file_checksum
 
 
 @dataclass

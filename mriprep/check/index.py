@@ -12,6 +12,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 import numpy as np
+from nibabel.affines import voxel_sizes
 
 from mriprep.cache import IndexEntry, MalformedEntry
 from mriprep.cache.entry import entry_name
@@ -92,7 +93,7 @@ def check_geometry(entry: IndexEntry) -> list[Finding]:
         elif abs(np.linalg.det(affine[:3, :3])) < 1e-9:
             problems.append("affine is singular")
         elif entry.spacing is not None:
-            norms = np.linalg.norm(affine[:3, :3], axis=0)
+            norms = voxel_sizes(affine)
             spacing = np.asarray(entry.spacing, dtype=np.float64)
             if spacing.shape != (3,) or not np.allclose(norms, spacing, rtol=1e-4, atol=1e-6):
                 problems.append(

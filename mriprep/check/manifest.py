@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Collection, Iterable
 
 from mriprep.cache import IndexEntry
-from mriprep.core.errors import CacheError
 from mriprep.check.report import subjects_of
+from mriprep.core.errors import CacheError
 from mriprep.core.findings import Finding, Severity, named
 from mriprep.run.reports import latest_report_path
 

@@ -11,12 +11,12 @@ import argparse
 import json
 import sys
 
-from mriprep.core.exit_codes import ExitCode
-from mriprep.core.progress import ProgressBar
 from mriprep.check import check_cache
-from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 from mriprep.check.manifest import read_exclusions
 from mriprep.check.render import render_report
+from mriprep.core.exit_codes import ExitCode
+from mriprep.core.progress import ProgressBar
+from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 
 
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from mriprep.core.exit_codes import ExitCode
 from mriprep.core.errors import InputError, ManifestError
+from mriprep.core.exit_codes import ExitCode
 
 DESCRIPTION = """\
 Check a cohort manifest before a run, or write one from a BIDS dataset.

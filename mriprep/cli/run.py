@@ -12,9 +12,9 @@ import json
 import sys
 
 from mriprep.pipelines import DEFAULT_PIPELINE, available_pipelines, load_pipeline
+from mriprep.run.cohort import run_cohort, cohort_rows
 from mriprep.run.progress import ProgressReporter
 from mriprep.run.reports import summary_json, summary_text
-from mriprep.run.cohort import run_cohort, cohort_rows
 from mriprep.run.scheduling import SCHEDULERS
 
 

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from mriprep.core.exit_codes import ExitCode
 from mriprep.core.errors import ManifestError
+from mriprep.core.exit_codes import ExitCode
 from mriprep.core.findings import Severity
 from mriprep.splits import (
     Assignment,

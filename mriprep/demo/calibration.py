@@ -273,7 +273,7 @@ def slab_of(base: Callable[[], Scan], centre_fraction: float, thickness_mm: floa
     """A slab of ``thickness_mm`` along the slice axis, centred at a fraction of it."""
     scan = base()
     n = scan.data.shape[2]
-    spacing = float(np.linalg.norm(scan.affine[:3, 2]))
+    spacing = float(voxel_sizes(scan.affine)[2])
     half = int(round(thickness_mm / spacing / 2))
     lo = max(0, min(n - 2 * half, int(round(centre_fraction * n)) - half))
     affine = scan.affine.copy()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mriprep.core.limits import smallest_label_dtype
 from mriprep.core.errors import HeaderError, InputError
+from mriprep.core.limits import smallest_label_dtype
 from mriprep.inputs.formats import OpenedImage, read_voxels
 from mriprep.inputs.headers import ImageHeader, matrix_text
 

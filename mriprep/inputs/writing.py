@@ -15,9 +15,9 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from mriprep.core.limits import smallest_label_dtype
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import InputError
+from mriprep.core.limits import smallest_label_dtype
 from mriprep.core.volume import Volume
 from mriprep.inputs.formats import image_suffix
 from mriprep.inputs.headers import FORM_ATOL_MM

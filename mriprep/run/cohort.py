@@ -35,11 +35,11 @@ from typing import Callable
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.core.exit_codes import ExitCode
+from mriprep.core.machine import usable_cores
 from mriprep.inputs.manifest import ManifestRow
 from mriprep.pipelines import Pipeline
 from mriprep.run.reports import write_reports
 from mriprep.run.result import STATUSES, SubjectResult
-from mriprep.core.machine import usable_cores
 from mriprep.run.scheduling import scheduler_client
 from mriprep.run.subject import process_subject
 

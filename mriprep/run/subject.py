@@ -28,13 +28,13 @@ import mriprep
 from mriprep.cache import Cache, IndexEntry, entry_key
 from mriprep.core.errors import MriprepError, StageError
 from mriprep.core.hashing import sha256_file
-from mriprep.core.limits import INT16
+from mriprep.core.limits import INT16, UINT8_MAX
 from mriprep.core.volume import Volume, jsonable
 from mriprep.inputs.manifest import ManifestRow
 from mriprep.pipelines import Pipeline
 from mriprep.run.result import SubjectResult
 from mriprep.run.scheduling import configure_worker
-from mriprep.stages import get_stage
+from mriprep.stages import all_stages, get_stage
 from mriprep.stages.intensity import all_finite
 
 
@@ -168,10 +168,11 @@ def run_stages(volume: Volume, pipeline: Pipeline, current: _Current | None = No
         volume = get_stage(step.name)(volume, step.params)
         current.volume = volume
     if volume.pending is not None:
+        appliers = " or ".join(repr(s.name) for s in all_stages() if s.applies_transform)
         raise StageError(
             pipeline.steps[-1].name,
             "the pipeline ended with a registration transform that was never applied; "
-            "add a step that applies it (resample) after the registration",
+            f"add a step that applies it ({appliers}) after the registration",
         )
     return volume
 
@@ -181,7 +182,7 @@ def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
     with np.errstate(over="ignore", invalid="ignore"):
         if output_dtype == "uint8":
             # Rounded, as FastSurfer rounds its conformed images (validate checked 0-255).
-            image = np.clip(np.rint(volume.data), 0, 255).astype(np.uint8)
+            image = np.clip(np.rint(volume.data), 0, UINT8_MAX).astype(np.uint8)
         else:
             image = volume.data.astype(output_dtype, copy=False)
     bad = 0 if all_finite(image) else int(np.count_nonzero(~np.isfinite(image)))

@@ -33,11 +33,12 @@ from typing import Literal
 import numpy as np
 
 from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.limits import UINT8_MAX
+from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite, foreground_mask, percentiles
-from mriprep.core.volume import Volume
 
-CONFORM_MAX = 255.0
+CONFORM_MAX = float(UINT8_MAX)
 # FastSurfer's histogram: 1000 bins, all but 0.1% of the non-zero voxels below the cut.
 _CONFORM_BINS = 1000
 _CONFORM_TOP_SHARE = 0.001

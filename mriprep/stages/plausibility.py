@@ -65,11 +65,11 @@ from nibabel.affines import voxel_sizes
 from scipy import ndimage
 
 from mriprep.core.errors import PipelineConfigError, StageError
-from mriprep.stages.registration.checks import HUMAN_HEAD_LENGTH_MM, head_length_reason, head_shape
-from mriprep.stages.registration.pyramid import HEAD_FRACTION, build_levels
+from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite
-from mriprep.core.volume import Volume
+from mriprep.stages.registration.checks import HUMAN_HEAD_LENGTH_MM, head_length_reason, head_shape
+from mriprep.stages.registration.pyramid import HEAD_FRACTION, build_levels
 
 # Every check of this stage, in the order its message names them.
 CHECKS = ("voxel_size", "shear", "no_head", "head_size")

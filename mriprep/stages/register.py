@@ -123,19 +123,21 @@ from typing import Any, Literal
 import numpy as np
 
 from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.volume import PendingTransform, Volume
+from mriprep.stages import StageOutput, stage
 from mriprep.stages.registration.ants_backend import register_ants
-from mriprep.stages.registration.geometry import (
-    RAS_TO_LPS,
-    euler_from_matrix,
-    ras_to_lps,
-    itk_transform_text,
-)
 from mriprep.stages.registration.checks import (
     HUMAN_HEAD_LENGTH_MM,
     Limits,
     diagnose,
     head_shape,
     similarity_and_overlap,
+)
+from mriprep.stages.registration.geometry import (
+    RAS_TO_LPS,
+    euler_from_matrix,
+    ras_to_lps,
+    itk_transform_text,
 )
 from mriprep.stages.registration.pyramid import build_levels, centre_of_mass, flattened
 from mriprep.stages.registration.search import (
@@ -151,8 +153,6 @@ from mriprep.stages.registration.template import (
     template_search_windows,
     template_tilted_windows,
 )
-from mriprep.stages import StageOutput, stage
-from mriprep.core.volume import PendingTransform, Volume
 
 __all__ = ["RegisterParams", "RegistrationResult", "prepare_template", "register",
            "register_volume"]

@@ -25,8 +25,8 @@ import numpy as np
 from nibabel import orientations
 
 from mriprep.core.errors import PipelineConfigError
-from mriprep.stages import StageOutput, stage
 from mriprep.core.volume import Volume
+from mriprep.stages import StageOutput, stage
 
 _AXIS_CODES = ({"R", "L"}, {"A", "P"}, {"S", "I"})
 

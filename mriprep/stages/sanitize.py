@@ -24,11 +24,11 @@ from typing import Literal
 import numpy as np
 from scipy import ndimage
 
-from mriprep.core.limits import FLOAT16_MAX
 from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.limits import FLOAT16_MAX
+from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import foreground_mask, percentiles
-from mriprep.core.volume import Volume
 
 
 # A local-fill estimate is trusted once the Gaussian weights of known neighbours sum to

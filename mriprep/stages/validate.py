@@ -22,12 +22,12 @@ from typing import Literal
 import numpy as np
 from nibabel.affines import voxel_sizes
 
-from mriprep.core.limits import FLOAT16_MAX
 from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.limits import FLOAT16_MAX, UINT8_MAX
+from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite, foreground_mask, label_values
 from mriprep.stages.plausibility import shear_deg
-from mriprep.core.volume import Volume
 
 
 
@@ -164,7 +164,7 @@ def find_violations(volume: Volume, params: ValidateParams) -> list[str]:
             )
     elif params.output_dtype == "uint8" and data.size:
         low, high = float(data.min()), float(data.max())
-        if low < -0.5 or high >= 255.5:
+        if low < -0.5 or high >= UINT8_MAX + 0.5:
             problems.append(
                 f"uint8 range: values {low:.6g}..{high:.6g} do not round into 0-255; "
                 "normalise with mode: conform, or use output_dtype: float32"

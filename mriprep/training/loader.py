@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from mriprep.core.machine import usable_cores
 from mriprep.training.buffers import Allocator, BufferPool, collate, pinned_tensor
 from mriprep.training.dataset import MRIDataset
 from mriprep.training.sampling import EpochSampler
-from mriprep.core.machine import usable_cores
 
 BACKENDS = ("auto", "threads", "processes")
 

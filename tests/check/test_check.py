@@ -23,13 +23,13 @@ from scipy import ndimage
 
 from mriprep import check as chk
 from mriprep.cache import Cache
-from mriprep.core.hashing import checksum_file
-from mriprep.core.errors import CacheError
 from mriprep.check.tensors import scan_tensor_file
 from mriprep.cli import main as cli_main
+from mriprep.core.errors import CacheError
+from mriprep.core.hashing import checksum_file
+from mriprep.inputs.templates import load_mni152_tissue, load_template
 from mriprep.pipelines import load_pipeline
 from mriprep.run.cohort import run_cohort, cohort_rows
-from mriprep.inputs.templates import load_mni152_tissue, load_template
 
 from tests.cache_clone import (
     clone_cache,

@@ -15,13 +15,13 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from mriprep.core.volume import Volume
 from mriprep.demo.calibration import ACQUISITIONS, person, real_head
 from mriprep.demo.fastsurfer_conform import LIA, agreement, fastsurfer_conform
 from mriprep.demo.real_scans import HOW_TO_GET, real_scan
 from mriprep.demo.scanner import Acquisition, acquire, random_pose
 from mriprep.pipelines import load_pipeline
 from mriprep.run.subject import output_tensors, run_stages
-from mriprep.core.volume import Volume
 
 FIDELITY_PERSON = 44
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from mriprep.check import check_cache
-from mriprep.run.result import SubjectResult
 from mriprep.demo.verify import (
     as_reoriented,
     format_verdicts,
     target_registration_error,
     verify_demo_run,
 )
+from mriprep.run.result import SubjectResult
 from mriprep.stages.registration.template import template_brain_points as brain_points_mm
 
 

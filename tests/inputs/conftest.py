@@ -14,9 +14,9 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from mriprep.core.volume import Volume
 from mriprep.inputs.readers import load_volume
 from mriprep.inputs.templates import load_template
-from mriprep.core.volume import Volume
 
 # A 40x48x36 block through the middle of the brain.
 CROP = (slice(80, 120), slice(100, 148), slice(70, 106))

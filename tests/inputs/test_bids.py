@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mriprep.inputs.bids import manifest_from_bids
 from mriprep.cli import main
 from mriprep.core.errors import InputError
-from mriprep.inputs.readers import load_volume
-from mriprep.inputs.writing import save_label, save_volume
-from mriprep.inputs.manifest import read_manifest
-from mriprep.inputs.templates import load_template
 from mriprep.core.volume import Volume
+from mriprep.inputs.bids import manifest_from_bids
+from mriprep.inputs.manifest import read_manifest
+from mriprep.inputs.readers import load_volume
+from mriprep.inputs.templates import load_template
+from mriprep.inputs.writing import save_label, save_volume
 
 
 def _scan(offset: int) -> Volume:

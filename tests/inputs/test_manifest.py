@@ -9,8 +9,7 @@ import pytest
 
 from mriprep.cli import main
 from mriprep.core.errors import ManifestError
-from mriprep.inputs.readers import load_volume
-from mriprep.inputs.writing import save_label, save_volume
+from mriprep.core.volume import Volume
 from mriprep.inputs.manifest import (
     MAX_ID_BYTES,
     Manifest,
@@ -20,8 +19,9 @@ from mriprep.inputs.manifest import (
     validate_manifest,
     write_manifest,
 )
+from mriprep.inputs.readers import load_volume
 from mriprep.inputs.templates import load_template
-from mriprep.core.volume import Volume
+from mriprep.inputs.writing import save_label, save_volume
 
 
 def _crop(offset: int) -> Volume:

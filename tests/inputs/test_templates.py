@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 
-from mriprep.stages.registration.template import template_brain_mask
 from mriprep.inputs.templates import load_template, template_digest
+from mriprep.stages.registration.template import template_brain_mask
 
 
 def test_mni152_has_exactly_nilearns_voxels_and_affine():

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from mriprep.cache import Cache
+from mriprep.inputs.templates import load_mni152_tissue, load_template
 from mriprep.pipelines import load_pipeline
 from mriprep.run.cohort import run_cohort, cohort_rows
 from mriprep.stages.reorient import orientation_codes
-from mriprep.inputs.templates import load_mni152_tissue, load_template
 
 # A 1 mm block of MNI152 around the brain: small enough to run fast, big enough for the
 # slice statistics of mask_slices.

@@ -14,6 +14,7 @@ from scipy import ndimage
 
 import mriprep
 from mriprep.core.errors import PipelineConfigError
+from mriprep.inputs.templates import load_template
 from mriprep.pipelines.loader import (
     load_pipeline,
     pipeline_from_dict,
@@ -21,7 +22,6 @@ from mriprep.pipelines.loader import (
     resolve_pipeline_path,
 )
 from mriprep.stages import StageOutput, stage
-from mriprep.inputs.templates import load_template
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
+from mriprep.core.errors import StageError
+from mriprep.core.volume import Volume
 from mriprep.demo.calibration import person
 from mriprep.demo.scanner import Acquisition, acquire
-from mriprep.core.errors import StageError
-from mriprep.pipelines import DEFAULT_PIPELINE, load_pipeline, pipelines_dir
-from mriprep.stages.registration.geometry import rigid_matrix
-from mriprep.stages import get_stage
 from mriprep.inputs.templates import load_template
-from mriprep.core.volume import Volume
+from mriprep.pipelines import DEFAULT_PIPELINE, load_pipeline, pipelines_dir
+from mriprep.stages import get_stage
+from mriprep.stages.registration.geometry import rigid_matrix
 
 SWAP_PERSON = 43
 

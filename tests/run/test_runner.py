@@ -27,16 +27,16 @@ import pytest
 from scipy import ndimage
 
 from mriprep.cache import Cache
-from mriprep.core.hashing import checksum_file
 from mriprep.cli import main
 from mriprep.core.errors import StageError
-from mriprep.pipelines import load_pipeline
 from mriprep.core.errors import SchedulerError
+from mriprep.core.hashing import checksum_file
+from mriprep.inputs.templates import load_mni152_tissue, load_template
+from mriprep.pipelines import load_pipeline
 from mriprep.run.cohort import cohort_rows, run_cohort
 from mriprep.run.progress import ProgressReporter
 from mriprep.run.scheduling import connect
 from mriprep.stages import StageOutput, stage
-from mriprep.inputs.templates import load_mni152_tissue, load_template
 
 from tests.cache_clone import clone_cache
 

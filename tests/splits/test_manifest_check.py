@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 
 from mriprep.core.volume import Volume
-from mriprep.inputs.writing import save_volume
 from mriprep.inputs.manifest import read_manifest
+from mriprep.inputs.writing import save_volume
 from mriprep.splits.manifest_check import check_manifest_splits
 from tests.splits.manifests import CLEAN, manifest_csv, scan
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mriprep.core.volume import Volume
 from mriprep.demo.calibration import person
 from mriprep.demo.scanner import Acquisition, acquire, random_pose
 from mriprep.stages import get_stage
-from mriprep.core.volume import Volume
 
 # The person every stage test scans; calibration uses other seeds.
 TEST_PERSON = 41

@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mriprep.demo.fastsurfer_conform import conform_scale
 from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.volume import Volume
+from mriprep.demo.fastsurfer_conform import conform_scale
 from mriprep.stages import get_stage
 from mriprep.stages import intensity
 from mriprep.stages.intensity import foreground_mask, percentiles
 from mriprep.stages.normalize import NormalizeParams, normalize
 from mriprep.stages.sanitize import sanitize
-from mriprep.core.volume import Volume
 
 
 @pytest.fixture(scope="module")

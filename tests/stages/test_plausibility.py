@@ -14,6 +14,8 @@ import functools
 import numpy as np
 import pytest
 
+from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.volume import Volume
 from mriprep.demo.calibration import (
     ACQUISITIONS,
     crop_of,
@@ -25,12 +27,10 @@ from mriprep.demo.calibration import (
 )
 from mriprep.demo.real_scans import HOW_TO_GET, real_scan
 from mriprep.demo.scanner import Acquisition, Scan, acquire, random_pose
-from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.pipelines import load_pipeline
 from mriprep.run.subject import run_stages
 from mriprep.stages import get_stage
 from mriprep.stages.plausibility import PlausibilityParams, shear_deg
-from mriprep.core.volume import Volume
 
 from .conftest import TEST_PERSON
 

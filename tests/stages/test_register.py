@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
+from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.volume import Volume
 from mriprep.demo.calibration import HEADER_ERRORS, person, slab_of, wrong_header
 from mriprep.demo.scanner import Acquisition, Scan, acquire
 from mriprep.demo.verify import (
@@ -25,7 +27,9 @@ from mriprep.demo.verify import (
     TRUTH_MAX_LIMIT_MM,
     TRUTH_MEAN_LIMIT_MM,
 )
-from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.inputs.templates import load_template
+from mriprep.stages import get_stage
+from mriprep.stages.register import RegisterParams, register_volume
 from mriprep.stages.registration.geometry import (
     RAS_TO_LPS,
     matrix_from_sitk,
@@ -34,10 +38,6 @@ from mriprep.stages.registration.geometry import (
 )
 from mriprep.stages.registration.geometry import rigid_matrix as rigid
 from mriprep.stages.registration.template import template_brain_points
-from mriprep.stages import get_stage
-from mriprep.stages.register import RegisterParams, register_volume
-from mriprep.inputs.templates import load_template
-from mriprep.core.volume import Volume
 
 from .conftest import TEST_PERSON
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from mriprep.core.errors import PipelineConfigError
+from mriprep.core.volume import Volume
+from mriprep.inputs.templates import load_mni152_tissue, load_template
 from mriprep.stages import get_stage
 from mriprep.stages.reorient import orientation_codes, reorient_arrays
-from mriprep.inputs.templates import load_mni152_tissue, load_template
-from mriprep.core.volume import Volume
 
 
 @pytest.fixture(scope="module")

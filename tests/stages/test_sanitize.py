@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.volume import Volume
 from mriprep.inputs.readers import load_volume
 from mriprep.stages import get_stage
 from mriprep.stages.sanitize import (
@@ -23,7 +24,6 @@ from mriprep.stages.sanitize import (
     robust_limits,
     sanitize,
 )
-from mriprep.core.volume import Volume
 
 STRATEGIES = ("zero", "mean", "median", "local")
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.volume import PendingTransform, Volume
+from mriprep.inputs.templates import load_mni152_tissue, load_template
 from mriprep.stages import get_stage
 from mriprep.stages.normalize import normalize
 from mriprep.stages.validate import ValidateParams, find_violations, validate
-from mriprep.inputs.templates import load_mni152_tissue, load_template
-from mriprep.core.volume import PendingTransform, Volume
 
 BLOCK = (slice(60, 140), slice(70, 170), slice(50, 130))  # 80x100x80 mm of brain
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from mriprep.cache import Cache
-from mriprep.training import MRIDataset, make_dataloader
 from mriprep.core.errors import CacheError
+from mriprep.training import MRIDataset, make_dataloader
 from tests.training.template_cache import adopt_entry, build_template_cache
 
 

@@ -38,13 +38,13 @@ from typing import Literal
 import numpy as np
 
 from mriprep.core.errors import PipelineConfigError
+from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import robust_threshold
 from mriprep.stages.mask_slices.artifacts import AxisFindings, score_axis
 from mriprep.stages.mask_slices.incomplete import find_incomplete
 from mriprep.stages.mask_slices.lattice import scoring_lattice, slice_stack
 from mriprep.stages.mask_slices.statistics import prepare, slice_profiles
-from mriprep.core.volume import Volume
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from nibabel.affines import apply_affine, voxel_sizes
 from scipy import ndimage
 
 from mriprep.core.errors import PipelineConfigError
+from mriprep.inputs.templates import load_template
 from mriprep.stages.registration.pyramid import (
     HEAD_FRACTION,
     Level,
@@ -21,7 +22,6 @@ from mriprep.stages.registration.pyramid import (
     subject_pyramid,
 )
 from mriprep.stages.registration.search import ORIENTATIONS, Window, template_windows, tilts
-from mriprep.inputs.templates import load_template
 
 
 # nilearn.datasets.load_mni152_brain_mask's rule: the template (scaled to a maximum of 1)

@@ -73,6 +73,7 @@ from typing import Literal
 import numpy as np
 
 from mriprep.core.errors import PipelineConfigError, StageError
+from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import label_values
 from mriprep.stages.reorient import axis_codes, orientation_codes, reoriented
@@ -87,7 +88,6 @@ from mriprep.stages.resample.grid import (
 from mriprep.stages.resample.itk_path import resample_linear_itk
 from mriprep.stages.resample.kernel import Kernel, anisotropic_axis, index_map
 from mriprep.stages.resample.separable import axis_sources, resample_axis_aligned
-from mriprep.core.volume import Volume
 
 
 @dataclass(frozen=True)

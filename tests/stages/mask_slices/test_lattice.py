@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from mriprep.core.volume import Volume
 from mriprep.stages.mask_slices import mask_slices
 from mriprep.stages.sanitize import sanitize
-from mriprep.core.volume import Volume
 from tests.stages.mask_slices.planting import ARTIFACTS, flagged_slices, plant
 
 

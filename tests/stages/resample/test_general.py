@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mriprep.stages import get_stage
 from mriprep.core.volume import Volume
+from mriprep.stages import get_stage
 
 
 def test_bspline_on_thick_slices_does_not_overshoot_a_step():

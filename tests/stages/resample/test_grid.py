@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mriprep.core.volume import Volume
+from mriprep.inputs.templates import load_template
 from mriprep.stages import get_stage
 from mriprep.stages.resample.grid import target_grid
-from mriprep.inputs.templates import load_template
-from mriprep.core.volume import Volume
 from tests.stages.resample.reference import world_of
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mriprep.core.volume import PendingTransform, Volume
 from mriprep.stages import get_stage
 from mriprep.stages.registration.geometry import rigid_matrix as rotation
-from mriprep.core.volume import PendingTransform, Volume
 from tests.stages.resample.reference import ANALYTIC_BOUND, analytic, trilinear_reference, world_of
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mriprep.stages import get_stage
-from mriprep.stages.resample.separable import axis_sources
-from mriprep.stages.registration.geometry import rigid_matrix as rotation
 from mriprep.core.volume import PendingTransform
+from mriprep.stages import get_stage
+from mriprep.stages.registration.geometry import rigid_matrix as rotation
+from mriprep.stages.resample.separable import axis_sources
 from tests.stages.resample.reference import trilinear_reference
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mriprep.core.errors import PipelineConfigError, StageError
-from mriprep.stages import get_stage
 from mriprep.core.volume import PendingTransform
+from mriprep.stages import get_stage
 from mriprep.stages.registration.geometry import rigid_matrix as rotation
 from tests.stages.resample.reference import ANALYTIC_BOUND, analytic, world_of
 

@@ -1,4 +1,4 @@
-"""The tensor cache: atomic entries, checksums, memory maps, index and concurrent writers."""
+"""The cache folder: atomic entries, verification, the index and concurrent writers."""
 
 from __future__ import annotations
 
@@ -8,55 +8,12 @@ import os
 
 import numpy as np
 import pytest
-from scipy import ndimage
 
-from mriprep.cache import (
-    Cache,
-    IndexEntry,
-    MalformedEntry,
-    entry_key,
-    file_record,
-    npy_checksum,
-)
+from mriprep.cache import Cache, IndexEntry
 from mriprep.core.errors import CacheError
 from mriprep.core.hashing import checksum_file
-from mriprep.inputs.templates import load_template
 
-
-@pytest.fixture(scope="module")
-def brain():
-    """The MNI152 template at 4 mm: real anatomy, small enough for many entries."""
-    mni = load_template("mni152")
-    data = ndimage.zoom(mni.data, 0.25, order=1).astype(np.float32)
-    affine = mni.affine.copy()
-    affine[:3, :3] *= 4
-    return data, affine
-
-
-def tensors_of(data):
-    return {
-        "image": (data - data.mean()) / data.std(),
-        "valid": data > 0,
-        "label": np.digitize(data, [1, 4000, 7000]).astype(np.int16),
-    }
-
-
-def meta_of(subject, data, affine, session=""):
-    return {
-        "subject_id": subject,
-        "session_id": session,
-        "pipeline_name": "test",
-        "pipeline_hash": "p" * 64,
-        "inputs": {"image": {"path": f"/data/{subject}.nii.gz", "sha256": "0" * 64}},
-        "affine": affine,
-        "spacing": [4.0, 4.0, 4.0],
-        "shape": list(data.shape),
-        "provenance": [{"stage": "load", "params": {}, "metrics": {}}],
-    }
-
-
-def key_of(subject, version=0):
-    return entry_key(subject, "", {"image": f"{version:064d}"}, "p" * 64)
+from .conftest import key_of, meta_of, tensors_of
 
 
 def test_entry_round_trip_is_memory_mapped_and_checksummed(tmp_path, brain):
@@ -197,40 +154,6 @@ def test_index_keeps_one_entry_per_subject_with_its_split(tmp_path, brain):
     assert cache.entries() == [IndexEntry.from_json(new, cache.read_index()[new])]
 
 
-def test_index_entry_round_trips_and_refuses_a_malformed_document(tmp_path, brain):
-    data, affine = brain
-    cache = Cache(tmp_path / "c", create=True)
-    key = key_of("sub-01")
-    cache.update_index(
-        [cache.write_entry(key, tensors_of(data), meta_of("sub-01", data, affine),
-                           extra_files={"transform.tfm": "x"}).with_split("train")]
-    )
-    doc = json.loads(cache.index_path.read_text())["entries"][key]
-    entry = IndexEntry.from_json(key, doc)
-    assert entry.to_json() == doc
-    assert json.dumps(entry.to_json(), indent=1) == json.dumps(doc, indent=1)  # key order too
-    assert (entry.subject_id, entry.session_id, entry.split) == ("sub-01", "", "train")
-    assert entry.label_values is None and entry.has_label
-    assert entry.extra_files["transform.tfm"].file == "transform.tfm"
-    np.testing.assert_array_equal(entry.affine, affine)
-    # Rewriting the index from its entries leaves the file byte for byte as it was.
-    before = cache.index_path.read_bytes()
-    cache.update_index(cache.entries())
-    assert cache.index_path.read_bytes() == before
-    broken = {k: v for k, v in doc.items() if k != "pipeline_hash"}
-    with pytest.raises(MalformedEntry, match=f"index entry {key} lacks 'pipeline_hash'"):
-        IndexEntry.from_json(key, broken)
-    with pytest.raises(CacheError, match=r"'shape' is not a list"):
-        IndexEntry.from_json(key, dict(doc, shape="64x64x64"))
-    with pytest.raises(MalformedEntry, match=r"affine \[\[1, 0\]\] is not a finite 4x4 matrix"):
-        IndexEntry.from_json(key, dict(doc, affine=[[1, 0]])).affine
-    with pytest.raises(ValueError, match=r"valid lacks dtype/shape/bytes/xxh3_128"):
-        IndexEntry.from_json(key, dict(doc, files=dict(doc["files"], valid={"file": "v"})))
-    cache.index_path.write_text(json.dumps({"version": 1, "entries": {key: broken}}))
-    with pytest.raises(CacheError, match="lacks 'pipeline_hash'"):
-        cache.entries()
-
-
 def test_new_cache_refuses_a_foreign_folder(tmp_path):
     folder = tmp_path / "photos"
     folder.mkdir()
@@ -280,75 +203,3 @@ def test_two_processes_writing_one_cache_leave_it_whole(tmp_path, brain):
         [".tmp"] + [r.key for r in refs]
     )
     assert list(cache.tmp_dir.iterdir()) == []
-
-
-@pytest.mark.parametrize("array", [
-    np.linspace(-1, 1, 5 * 6 * 7, dtype=np.float32).reshape(5, 6, 7),
-    np.eye(9, dtype=bool)[None],
-    np.arange(-500, 500, dtype=np.int16).reshape(10, 10, 10),
-    np.zeros((4, 0, 3), dtype=np.float16),
-], ids=["float32", "bool", "int16", "empty-float16"])
-def test_tensor_checksums_from_memory_equal_the_saved_files(array, tmp_path):
-    path = tmp_path / "t.npy"
-    np.save(path, array, allow_pickle=False)
-    checksum, size = npy_checksum(array)
-    assert (checksum, size) == (checksum_file(path), path.stat().st_size)
-    # A file that is not what np.save wrote for the array is read, never trusted: a
-    # longer one, and one of the right size whose header differs.
-    saved = path.read_bytes()
-    path.write_bytes(saved + b"\0")
-    assert file_record(path, array)["xxh3_128"] == checksum_file(path)
-    path.write_bytes(saved.replace(b"'descr'", b"'DESCR'", 1))
-    assert file_record(path, array)["xxh3_128"] == checksum_file(path) != checksum
-
-
-def _resident_pages(path) -> int:
-    """How many of a file's pages are in the page cache (mincore on a fresh mapping)."""
-    import ctypes
-    import mmap
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long)
-    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
-    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-    size = os.path.getsize(path)
-    pages = -(-size // mmap.PAGESIZE)
-    with open(path, "rb") as fh:
-        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fh.fileno(), 0)
-        try:
-            vector = ctypes.create_string_buffer(pages)
-            assert libc.mincore(address, size, vector) == 0, ctypes.get_errno()
-            return sum(byte & 1 for byte in vector.raw)
-        finally:
-            libc.munmap(address, size)
-
-
-def _filesystem_type(path) -> str:
-    best, kind = "", ""
-    for line in open("/proc/mounts"):
-        _, mount, fstype = line.split()[:3]
-        if str(path).startswith(mount) and len(mount) > len(best):
-            best, kind = mount, fstype
-    return kind
-
-
-@pytest.mark.skipif(not hasattr(os, "posix_fadvise") or not os.path.exists("/proc/mounts"),
-                    reason="Linux page cache")
-def test_written_tensors_leave_the_page_cache(tmp_path, brain):
-    # The writer drops an entry's pages once they are on disk (see drop_written_pages);
-    # reading the file brings them back, which shows that the probe can see them.
-    if _filesystem_type(tmp_path) in ("tmpfs", "ramfs"):
-        pytest.skip("a memory file system keeps its pages: they are the storage")
-    data, affine = brain
-    cache = Cache(tmp_path / "c", create=True)
-    key = key_of("sub-01")
-    cache.write_entry(key, tensors_of(data), meta_of("sub-01", data, affine))
-    path = cache.tensor_path(key, "image")
-    pages = -(-path.stat().st_size // os.sysconf("SC_PAGE_SIZE"))
-    assert pages > 100
-    # The checksum step reads the header back: a page or a few of read-ahead return.
-    assert _resident_pages(path) <= 0.1 * pages
-    path.read_bytes()
-    assert _resident_pages(path) >= 0.9 * pages
