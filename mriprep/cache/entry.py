@@ -177,7 +177,7 @@ class IndexEntry:
 def _entry_problems(doc: Any) -> list[str]:
     """What keeps ``doc`` from being an index entry (empty when it is one)."""
     if not isinstance(doc, dict):
-        return ["the summary is not an object"]
+        return ["the index entry is not an object"]
     problems = [f"lacks {k!r}" for k in ("subject_id", "pipeline_hash", "files") if k not in doc]
     files = doc.get("files")
     if isinstance(files, dict):

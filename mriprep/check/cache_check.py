@@ -95,7 +95,7 @@ def check_cache(
     Returns
     -------
     CheckReport
-        All findings and the per-split summaries; ``report.ok`` is the verdict.
+        All findings and the per-split counts; ``report.ok`` is the verdict.
 
     Raises
     ------

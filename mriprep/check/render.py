@@ -18,7 +18,7 @@ MAX_FINDINGS_PER_CODE = 20
 
 
 def render_report(report: CheckReport) -> str:
-    """The report as a table for people: header, per-split summary, findings, verdict."""
+    """The report as a table for people: header, per-split counts, findings, verdict."""
     lines = [
         f"mriprep check {report.cache}: {report.entries} entries, {len(report.splits)} split(s)"
     ]

@@ -139,7 +139,7 @@ def _outcome(name: str, scan: dict[str, Any], result: dict[str, Any]) -> Verdict
                    f"cause {', '.join(named) or None}; {detail}")
 
 
-def refusal_causes(result: dict[str, Any]) -> list[str]:
+def refusal_causes(result: SubjectResult) -> list[str]:
     """What a failed subject's refusal names, as ``"stage.cause"``: the register stage's
     ``failure`` or every failed check of the plausibility stage."""
     stage = result.stage
