@@ -52,7 +52,7 @@ from mriprep.inputs.manifest import ManifestRow  # noqa: E402
 from mriprep.pipelines import Pipeline, load_pipeline  # noqa: E402
 from mriprep.run.cohort import cohort_rows, run_cohort  # noqa: E402
 from mriprep.run.scheduling import configure_worker  # noqa: E402
-from mriprep.run.subject import process_subject, run_stages  # noqa: E402
+from mriprep.run.subject import input_paths, process_subject, run_stages  # noqa: E402
 
 from benchmarks.monai_baseline import MonaiProcess, monai_seconds  # noqa: E402
 
@@ -204,7 +204,8 @@ def measure_conform_vs_monai(
 
     def monai_here(task: ManifestRow, name: str) -> float | str:
         try:
-            return round(monai_seconds(task.image, task.label,
+            paths = input_paths(task)
+            return round(monai_seconds(paths["image"], paths.get("label"),
                                        fresh(work_dir / name / task.subject_id),
                                        orientation, shape), 3)
         except Exception as exc:  # noqa: BLE001 - MONAI's own error for a broken scan
@@ -213,7 +214,8 @@ def measure_conform_vs_monai(
     rows = []
     with MonaiProcess() as shipped:
         def monai_shipped(task: ManifestRow) -> float | str:
-            answer = shipped.seconds(task.image, task.label,
+            paths = input_paths(task)
+            answer = shipped.seconds(paths["image"], paths.get("label"),
                                      fresh(work_dir / "monai" / task.subject_id),
                                      orientation, shape)
             return round(answer, 3) if isinstance(answer, float) else answer

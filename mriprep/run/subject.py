@@ -86,7 +86,7 @@ def process_subject(
     if "status" not in fields:  # failed: what ran so far is the subject's record
         if current.volume is not None:
             fields.update(metrics=stage_metrics(current.volume.provenance),
-                          warnings=stage_warnings(current.volume.provenance))
+                          warnings=tuple(stage_warnings(current.volume.provenance)))
         if stage_failure_metrics:
             metrics = dict(fields.get("metrics", {}))
             metrics[fields["stage"]] = jsonable(stage_failure_metrics)

@@ -18,8 +18,9 @@ What the pipeline loader and the runner need from a stage, the stage declares wh
 registers (see :class:`Stage`): the pipeline-level fields it inherits (``output_dtype``),
 the parameters that hold a template, whether it hands a transform to a later stage or
 applies one, whether it must come last, its own checks of the steps around it, and what
-it adds to a cache entry (sidecar fields, extra files). No stage name appears outside
-its own module: the loader and the runner read these declarations.
+it adds to a cache entry (sidecar fields, extra files). The loader and the runner read
+these declarations and never name a stage, so a new stage needs an entry in
+:data:`STAGE_MODULES` and nothing else.
 """
 
 from __future__ import annotations
