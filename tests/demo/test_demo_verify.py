@@ -149,3 +149,20 @@ def test_the_demo_run_meets_every_expectation_of_the_ground_truth(demo_cohort, d
     refused = [v for v in verdicts if v.expectation.startswith("refused as")]
     assert len(refused) == sum(bool(s["expected_causes"])
                                for s in demo_cohort.subjects.values()) >= 3
+
+
+@pytest.mark.slow
+def test_demo_command_scores_an_earlier_run_from_its_report(demo_cohort, demo_cache, tmp_path,
+                                                            capsys):
+    """`mriprep demo DIR --check` without --run reads the run report back as results."""
+    from mriprep.cli import main
+
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    for item in demo_cohort.root.iterdir():
+        (folder / item.name).symlink_to(item)
+    (folder / "cache").symlink_to(demo_cache.path)  # the check only reads it
+    assert main(["demo", str(folder), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "demo: every planted defect was handled as designed" in out
+    assert "expectations of the ground truth hold" in out
