@@ -15,6 +15,7 @@ from mriprep.core.errors import CacheError
 from mriprep.core.findings import Finding, Severity, named
 from mriprep.run.reports import latest_report_path
 
+
 def read_run_report(cache_root: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
     """Subject/session -> {status, reason} from ``CACHE/reports/latest.json`` (None if absent).
 

@@ -75,8 +75,8 @@ class FindingsMixin:
         return not self.errors
 
 
-def named(labels: Sequence[str]) -> str:
+def named(names: Sequence[str]) -> str:
     """A list of names for a message, cut after a few."""
-    shown = ", ".join(labels[:_MAX_NAMED])
-    more = len(labels) - _MAX_NAMED
+    shown = ", ".join(names[:_MAX_NAMED])
+    more = len(names) - _MAX_NAMED
     return f"{shown} and {more} more" if more > 0 else shown

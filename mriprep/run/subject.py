@@ -163,16 +163,21 @@ def run_stages(volume: Volume, pipeline: Pipeline, current: _Current | None = No
         (a pipeline the loader accepted cannot end so; a hand-made one can).
     """
     current = current or _Current("")
+    handed_over_by = ""
     for step in pipeline.steps:
         current.stage = step.name
+        had_pending = volume.pending is not None
         volume = get_stage(step.name)(volume, step.params)
         current.volume = volume
+        if volume.pending is not None and not had_pending:
+            handed_over_by = step.name
     if volume.pending is not None:
+        # Only a pipeline built by hand gets here: the loader refuses such an order.
         appliers = " or ".join(repr(s.name) for s in all_stages() if s.applies_transform)
         raise StageError(
-            pipeline.steps[-1].name,
+            handed_over_by,
             "the pipeline ended with a registration transform that was never applied; "
-            f"add a step that applies it ({appliers}) after the registration",
+            f"add a step that applies it ({appliers}) after {handed_over_by!r}",
         )
     return volume
 

@@ -131,13 +131,13 @@ def find_identical(
         subjects = sorted({s.subject_id for s in scans})
         splits = sorted({s.split or "(none)" for s in scans})
         where = named([f"{s.finding_name} ({s.split or 'no split'})" for s in scans])
-        label = what.format(digest[:16])
+        hashed = what.format(digest[:16])
         if len(subjects) == 1 and len(splits) == 1:
             findings.append(
                 Finding(
                     Severity.WARNING,
                     "duplicate-session",
-                    f"the same {label} appears for {_entries(len(scans))} of subject "
+                    f"the same {hashed} appears for {_entries(len(scans))} of subject "
                     f"{subjects[0]}: {where}; drop the repeated scan from the manifest",
                     tuple(s.ref for s in scans),
                     tuple(subjects),
@@ -148,7 +148,7 @@ def find_identical(
             Finding(
                 Severity.ERROR,
                 code,
-                f"the same {label} appears {len(scans)} times under {len(subjects)} subject "
+                f"the same {hashed} appears {len(scans)} times under {len(subjects)} subject "
                 f"id(s) in {len(splits)} split(s): {where}. One scan counted twice leaks "
                 "between splits or inflates the score; keep one copy in the manifest",
                 tuple(s.ref for s in scans),

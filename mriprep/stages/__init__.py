@@ -6,9 +6,10 @@ and defaults are the schema the pipeline loader validates against) and a functio
 ``(Volume, Params) -> StageOutput``. The :class:`Stage` wrapper does the plumbing once for
 all of them: timing, strict float error settings, and the provenance record.
 
-Stages never read or write files; only ``mriprep.inputs``, ``mriprep.cache``,
-``mriprep.run`` and the CLI touch disk (the one exception is the read-only, per-process
-cached template of ``mriprep.inputs.templates``).
+Stage functions read and write no files of a subject: ``mriprep.inputs`` reads them and
+``mriprep.run`` writes the cache entry (the exceptions: the read-only, per-process cached
+template of ``mriprep.inputs.templates``, and register's ``transform.tfm`` text, which
+SimpleITK can only write through a temporary file).
 
 Parameter fields may only use these types, so that YAML can express them and the loader
 can check them: ``bool``, ``int``, ``float``, ``str``, ``typing.Literal[...]`` of strings,
@@ -17,7 +18,7 @@ can check them: ``bool``, ``int``, ``float``, ``str``, ``typing.Literal[...]`` o
 What the pipeline loader and the runner need from a stage, the stage declares when it
 registers (see :class:`Stage`): the pipeline-level fields it inherits (``output_dtype``),
 the parameters that hold a template, whether it hands a transform to a later stage or
-applies one, whether it must come last, its own checks of the steps around it, and what
+applies one, whether it must come last, its own check of what comes before it, and what
 it adds to a cache entry (sidecar fields, extra files). The loader and the runner read
 these declarations and never name a stage, so a new stage needs an entry in
 :data:`STAGE_MODULES` and nothing else.
@@ -60,8 +61,8 @@ class StageOutput:
     warnings: list[str] = field(default_factory=list)
 
 
-# A stage's check of the pipeline around it: (its params, the transforms handed over by
-# earlier steps and not yet applied) -> problems, each a sentence with the fix.
+# A stage's check of its place in a pipeline: (its params, whether an earlier step handed
+# over a transform not yet applied) -> problems, each a sentence with the fix.
 OrderCheck = Callable[[Any, bool], "list[str]"]
 # What a stage adds to a cache entry, from its params and the final volume.
 EntryMeta = Callable[[Any, Volume], "dict[str, Any]"]
@@ -158,4 +159,9 @@ def get_stage(name: str) -> Stage:
             known = ", ".join(sorted(STAGE_MODULES))
             raise KeyError(f"unknown stage {name!r}; known stages: {known}")
         importlib.import_module(module)
+        if name not in _REGISTRY:
+            raise ImportError(
+                f"{module} registers no stage called {name!r}: its @stage(...) name and "
+                "its STAGE_MODULES key must be the same"
+            )
     return _REGISTRY[name]
