@@ -5,7 +5,6 @@ is not one, naming each missing or malformed field."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -72,8 +71,10 @@ class IndexEntry:
 
     @classmethod
     def from_json(cls, key: str, doc: Any) -> "IndexEntry":
-        """The entry ``index.json`` lists under ``key`` (a copy of ``doc`` is kept)."""
-        return cls(key, copy.deepcopy(doc))
+        """The entry ``index.json`` lists under ``key``. The entry keeps ``doc`` itself (a
+        freshly parsed document: copying 10,000 of them took 0.6 s on every index read),
+        so the caller must not change it afterwards."""
+        return cls(key, doc)
 
     @classmethod
     def from_meta(cls, key: str, meta: Mapping[str, Any]) -> "IndexEntry":
@@ -82,8 +83,9 @@ class IndexEntry:
         return cls.from_json(key, {k: v for k, v in meta.items() if k != "provenance"})
 
     def to_json(self) -> dict[str, Any]:
-        """The document the index stores for this entry (a copy)."""
-        return copy.deepcopy(self._doc)
+        """The document the index stores for this entry: a new top-level mapping whose
+        nested values are the entry's own (read them, do not change them)."""
+        return dict(self._doc)
 
     def with_split(self, split: str) -> "IndexEntry":
         """This entry in ``split`` (a split is a property of the manifest, not of the

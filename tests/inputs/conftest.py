@@ -22,6 +22,18 @@ from mriprep.inputs.templates import load_template
 CROP = (slice(80, 120), slice(100, 148), slice(70, 106))
 
 
+def template_block(start: int, size: int) -> Volume:
+    """A ``size``^3 cube of MNI152 anatomy from voxel ``start`` on each axis, on its place
+    in the template's world, with a 3-class label map (different starts, different scans)."""
+    template = load_template("mni152")
+    box = tuple(slice(start, start + size) for _ in range(3))
+    data = np.ascontiguousarray(template.data[box])
+    shift = np.eye(4)
+    shift[:3, 3] = start
+    label = np.digitize(data, [0.5, 0.8]).astype(np.int16)
+    return Volume.from_array(data, template.affine @ shift, label=label)
+
+
 def _rotation_z(degrees: float) -> np.ndarray:
     t = np.deg2rad(degrees)
     r = np.eye(4)

@@ -11,19 +11,14 @@ from mriprep.core.volume import Volume
 from mriprep.inputs.bids import manifest_from_bids
 from mriprep.inputs.manifest import read_manifest
 from mriprep.inputs.readers import load_volume
-from mriprep.inputs.templates import load_template
 from mriprep.inputs.writing import save_label, save_volume
+
+from .conftest import template_block
 
 
 def _scan(offset: int) -> Volume:
     """A 20^3 block of MNI152 anatomy with a 3-class label map."""
-    template = load_template("mni152")
-    box = tuple(slice(85 + offset, 105 + offset) for _ in range(3))
-    data = np.ascontiguousarray(template.data[box])
-    shift = np.eye(4)
-    shift[:3, 3] = 85 + offset
-    label = np.digitize(data, [0.5, 0.8]).astype(np.int16)
-    return Volume.from_array(data, template.affine @ shift, label=label)
+    return template_block(85 + offset, 20)
 
 
 # (relative path, offset of the anatomy) for every T1w in the dataset

@@ -20,19 +20,14 @@ from mriprep.inputs.manifest import (
     write_manifest,
 )
 from mriprep.inputs.readers import load_volume
-from mriprep.inputs.templates import load_template
 from mriprep.inputs.writing import save_label, save_volume
+
+from .conftest import template_block
 
 
 def _crop(offset: int) -> Volume:
     """A 24^3 block of MNI152 anatomy; different offsets give different subjects."""
-    template = load_template("mni152")
-    box = tuple(slice(80 + offset, 104 + offset) for _ in range(3))
-    data = np.ascontiguousarray(template.data[box])
-    shift = np.eye(4)
-    shift[:3, 3] = 80 + offset
-    label = np.digitize(data, [0.5, 0.8]).astype(np.int16)
-    return Volume.from_array(data, template.affine @ shift, label=label)
+    return template_block(80 + offset, 24)
 
 
 @pytest.fixture()
