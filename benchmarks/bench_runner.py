@@ -104,8 +104,9 @@ def _scaling_run(tasks, pipeline, work_dir: Path, n: int) -> dict[str, Any]:
     # On a shared machine other work steals cores: the load before the run says how
     # many were really free, and ``parallelism`` how many the workers kept busy.
     load_before = round(os.getloadavg()[0], 2)
+    # report=False: the runner's own scaling; bench_report measures what QC adds.
     result = run_cohort(tasks, fresh(work_dir / f"scaling-{n}"), pipeline,
-                        scheduler="processes", workers=n)
+                        scheduler="processes", workers=n, report=False)
     per_worker: dict[str, float] = {}
     for r in result.results:
         if r.worker:
@@ -160,7 +161,7 @@ def measure_overhead(
         direct_times.append(direct_loop_seconds(tasks, pipeline))
         cache_root = fresh(work_dir / "overhead")  # deleting the last round's: untimed
         start = time.perf_counter()
-        run_cohort(tasks, cache_root, pipeline, scheduler="sync")
+        run_cohort(tasks, cache_root, pipeline, scheduler="sync", report=False)
         runner_times.append(time.perf_counter() - start)
     direct, runner = min(direct_times), min(runner_times)
     return [{
@@ -224,7 +225,7 @@ def measure_conform_vs_monai(
         # Into a cache of its own: the measured run then writes a new entry, as every
         # other subject does, instead of replacing one.
         warm_root = str(Cache(fresh(work_dir / "conform-warmup"), create=True).root)
-        process_subject(tasks[0], pipeline, warm_root, force=True)
+        process_subject(tasks[0], pipeline, warm_root, force=True, qc=False)
         monai_shipped(tasks[0])
         monai_here(tasks[0], "monai-tuned")
         for task in tasks:
@@ -232,7 +233,7 @@ def measure_conform_vs_monai(
             # and their writeback would otherwise throttle the next mriprep write
             # (measured: np.save 0.03 s alone, up to 0.23 s after a MONAI run). Untimed.
             os.sync()
-            result = process_subject(task, pipeline, cache_root, force=True)
+            result = process_subject(task, pipeline, cache_root, force=True, qc=False)
             os.sync()
             monai = monai_shipped(task)
             os.sync()

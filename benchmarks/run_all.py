@@ -32,8 +32,8 @@ def _bench(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "loader",
-            "check")
+SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
+            "loader", "check")
 
 
 def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
@@ -46,6 +46,8 @@ def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
         "slices": lambda: _bench("bench_slices").main([str(cohort)]),
         "conform": lambda: _bench("bench_conform").main([str(cohort)]),
         "runner": lambda: _bench("bench_runner").main(["--work-dir", str(work / "runner")]),
+        "report": lambda: _bench("bench_report").main(
+            [str(cohort), "--work-dir", str(work / "report"), "--rounds", "2"]),
         "loader": lambda: _bench("bench_loader").main([]),
         "check": lambda: _check_section(work),
     }

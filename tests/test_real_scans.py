@@ -86,8 +86,9 @@ def test_shipped_pipelines_cache_the_real_scans_and_refuse_the_macaque(tmp_path,
     names = ["colin27", "colin27_brain", "colin27_05mm", "macaque"]
     manifest.write_text("subject_id,image\n" + "".join(
         f"{name.replace('_', '-')},{real_scan(name)}\n" for name in names))
-    run = run_cohort(cohort_rows(manifest), tmp_path / "cache",
-                     load_pipeline(pipeline), scheduler="sync", manifest=manifest)
+    registers = pipeline == "t1w_mni_rigid"
+    run = run_cohort(cohort_rows(manifest), tmp_path / "cache", load_pipeline(pipeline),
+                     scheduler="sync", manifest=manifest, report=registers)
     status = {r.subject_id: r for r in run.results}
     for name in ("colin27", "colin27-brain", "colin27-05mm"):
         assert status[name].status == "cached", status[name].reason
@@ -96,3 +97,27 @@ def test_shipped_pipelines_cache_the_real_scans_and_refuse_the_macaque(tmp_path,
     measured = macaque.metrics["plausibility"]
     assert measured["failed_checks"] == ["head_size"] and measured["head_length_mm"] < 100
     assert "mm long" in macaque.reason and "human range" in macaque.reason
+    if registers:
+        _assert_real_scan_qc(run)
+
+
+def _assert_real_scan_qc(run):
+    """The QC of real T1 scans: the tissue model, fitted in the template's brain mapped
+    back through the registration, orders the tissues as T1 contrast does, on the scan
+    with skull, the skull-stripped one and the 0.5 mm one (exact zeros inside its head).
+    The eroded head, the region of a pipeline that does not register, takes in scalp and
+    gives WM below GM on Colin27: the metrics' docstring says so."""
+    from mriprep.qc.store import read_qc
+
+    for result in run.results:
+        qc = read_qc(run.cache_root, result.key)
+        if result.failed:
+            assert qc["images"] == ["input"]  # the macaque, as read
+            continue
+        assert qc["images"] == ["input", "output", "template"], result.subject_id
+        assert qc["tissue_region"] == "template"
+        m = qc["metrics"]
+        assert m["snr_wm"] > m["snr_gm"] > m["snr_csf"] > 1, (result.subject_id, m)
+        assert 1.5 < m["cnr"] and 0.3 < m["cjv"] < 0.8 and 0.3 < m["efc"] < 0.8
+        assert 0.4 < m["wm2max"] <= 1.0 and m["registration_similarity"] > 0.6
+    assert run.report_paths["qc"].is_file()

@@ -42,6 +42,7 @@ from mriprep.cache.files import drop_written_pages, file_record, npy_checksum, n
 from mriprep.cache.store import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    QC_DIR,
     REPORTS_DIR,
     REQUIRED_META,
     TENSOR_NAMES,
@@ -50,7 +51,7 @@ from mriprep.cache.store import (
 )
 
 __all__ = [
-    "FORMAT_NAME", "FORMAT_VERSION", "REPORTS_DIR", "REQUIRED_META", "TENSOR_NAMES", "Cache",
+    "FORMAT_NAME", "FORMAT_VERSION", "QC_DIR", "REPORTS_DIR", "REQUIRED_META", "TENSOR_NAMES", "Cache",
     "FileRecord", "IndexEntry", "MalformedEntry", "drop_written_pages", "entry_key",
     "file_record", "npy_checksum", "npy_header",
 ]

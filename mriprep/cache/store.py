@@ -4,7 +4,6 @@ the index under a lock (see the package docstring for the layout and the guarant
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -18,7 +17,7 @@ import numpy as np
 
 from mriprep.cache.entry import IndexEntry
 from mriprep.cache.files import drop_written_pages, file_record
-from mriprep.core.atomic import fsync_dir, write_text
+from mriprep.core.atomic import fsync_dir, move_folder_into_place, sweep_stale, write_text
 from mriprep.core.errors import CacheError
 from mriprep.core.hashing import checksum_file
 from mriprep.core.volume import jsonable
@@ -27,6 +26,7 @@ FORMAT_NAME = "mriprep-cache"
 FORMAT_VERSION = 1
 TENSOR_NAMES = ("image", "valid", "label")
 REPORTS_DIR = "reports"  # run reports (mriprep.run.reports writes them)
+QC_DIR = "qc"  # QC pictures, metrics and the HTML report (mriprep.qc writes them)
 REQUIRED_META = (
     "subject_id",
     "session_id",
@@ -213,32 +213,16 @@ class Cache:
 
     def _move_into_place(self, tmp: Path, key: str, replace: bool) -> None:
         final = self.entry_dir(key)
-        if replace and final.exists():
-            trash = self.tmp_dir / f"{key}.old.{uuid.uuid4().hex[:8]}"
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        try:
-            os.rename(tmp, final)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
+        if not move_folder_into_place(tmp, final, self.tmp_dir, replace):
             # Another writer finished the same content first. Keep theirs if it is whole.
             if not self.has_entry(key):
                 raise CacheError(
                     f"cache entry {final} exists but is incomplete; remove it and rerun"
-                ) from exc
-        fsync_dir(self.entries_dir)
+                )
 
-    def _sweep_stale_tmp(self, max_age_s: float = 24 * 3600) -> None:
-        """Remove temporary folders left by crashed writers (older than a day)."""
-        import time
-
-        now = time.time()
-        for path in self.tmp_dir.iterdir():
-            with contextlib.suppress(OSError):
-                if now - path.stat().st_mtime > max_age_s:
-                    shutil.rmtree(path, ignore_errors=True)
+    def _sweep_stale_tmp(self) -> None:
+        """Remove temporary folders left by crashed writers."""
+        sweep_stale(self.tmp_dir)
 
     # -- index -----------------------------------------------------------------------
 
@@ -331,7 +315,7 @@ def _only_cache_layout(root: Path) -> bool:
     Two runs started at once on a new folder both find no marker; the second must see the
     first one's half-made layout as a cache being created, not as a foreign folder.
     """
-    made_by_cache = {"entries", REPORTS_DIR, ".lock", "mriprep-cache.json"}
+    made_by_cache = {"entries", REPORTS_DIR, QC_DIR, ".lock", "mriprep-cache.json"}
     return all(
         p.name in made_by_cache or p.name.startswith(".mriprep-cache.json.")
         for p in root.iterdir()

@@ -16,6 +16,8 @@ Index checks (pure, on the index entries; :mod:`mriprep.check.index`)
     ``pipeline-mismatch``, ``split-missing``, ``subject-split-leak``, ``duplicate-input``,
     ``duplicate-tensor``, ``duplicate-session`` (warning), ``near-duplicate`` (warning),
     ``grid-mismatch`` (warning).
+Quality outliers (:mod:`mriprep.check.quality`, from the QC metrics of each entry)
+    ``qc-outlier`` (warning), ``qc-missing`` (warning).
 Manifest checks (with ``manifest=``; :mod:`mriprep.check.manifest`)
     ``manifest-missing``, ``manifest-failed``, ``manifest-split-mismatch``,
     ``manifest-excluded`` (warning), ``not-in-manifest`` (warning).
@@ -45,6 +47,7 @@ from mriprep.cache import Cache
 from mriprep.check.entries import scan_entries
 from mriprep.check.index import check_geometry, check_index, well_formed_entries
 from mriprep.check.labels import check_labels
+from mriprep.check.quality import check_quality
 from mriprep.check.manifest import (
     check_against_manifest,
     manifest_name,
@@ -147,6 +150,8 @@ def check_cache(
         report.near_duplicate_search,
     )
     report.findings += check_labels(index, scans, allowed_labels)
+    if index:
+        report.findings += check_quality(root, index)
     report.splits = count_splits(index, scans)
     report.pipeline_hashes = dict(Counter(e.pipeline_hash for e in index.values()))
     if rows is not None:

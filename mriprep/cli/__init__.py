@@ -21,7 +21,7 @@ from mriprep.core.exit_codes import ExitCode
 
 
 # Order here is the order in `mriprep --help`.
-COMMANDS = ("demo", "run", "check", "splits", "manifest")
+COMMANDS = ("demo", "run", "check", "report", "splits", "manifest")
 
 
 def build_parser() -> argparse.ArgumentParser:

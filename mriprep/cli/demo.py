@@ -102,7 +102,39 @@ def run(args: argparse.Namespace) -> int:
     ok = all(v.ok for v in verdicts)
     print("demo: every planted defect was handled as designed" if ok
           else "demo: some planted defects were NOT handled as designed (see FAIL above)")
+    from mriprep.qc.report import REPORT_INDEX
+    from mriprep.qc.store import qc_root
+
+    report_index = qc_root(cache_dir) / REPORT_INDEX
+    if report_index.exists():
+        print(f"demo: QC report {report_index.resolve()} (open it in a browser)")
+        print(_where_to_look(cohort.subjects))
     return ExitCode.OK if ok else ExitCode.PROBLEMS
+
+
+def _drawn() -> dict[str, str]:
+    """Planted defect kind -> how the report draws it (mriprep.qc.mosaic.CAUSES)."""
+    from mriprep.qc.mosaic import CAUSES
+
+    colour = {name: spoken for name, _, _, spoken in CAUSES.values()}
+    return {"nan_blob": f"filled NaN blob, {colour['filled']}",
+            "extreme_values": f"filled extreme values, {colour['filled']}",
+            "zero_slab": f"masked zero slab, {colour['incomplete slice']}",
+            "spike_slice": f"masked spike slice, {colour['artifact slice']}",
+            "dropout_slice": f"masked dropout slice, {colour['artifact slice']}"}
+
+
+def _where_to_look(subjects: dict) -> str:
+    lines = ["  where to look:"]
+    how = _drawn()
+    for name, truth in sorted(subjects.items()):
+        drawn = [how[d["kind"]] for d in truth.get("defects", []) if d["kind"] in how]
+        if drawn and truth.get("expected") == "cached":
+            lines.append(f"    {name}: {'; '.join(drawn)}")
+    refused = sorted(n for n, t in subjects.items() if t.get("expected") == "fail")
+    if refused:
+        lines.append(f"    refused, with their stage and reason: {', '.join(refused)}")
+    return "\n".join(lines)
 
 
 def _run(cohort, cache_dir: Path, pipeline_name: str | None, workers: int | None):

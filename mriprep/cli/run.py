@@ -60,6 +60,9 @@ def add_parser(subparsers) -> None:
                    help="ITK/BLAS threads inside each worker (default: 1)")
     p.add_argument("--force", action="store_true",
                    help="recompute every subject even when its entry is already cached")
+    p.add_argument("--no-report", action="store_true",
+                   help="make no QC pictures or HTML report (`mriprep report CACHE` makes "
+                        "them later, from the cache)")
     p.add_argument("--json", action="store_true",
                    help="print a JSON summary on stdout (progress stays on stderr)")
     p.set_defaults(func=run)
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             rows, args.output, pipeline,
             scheduler=args.scheduler, workers=args.workers, force=args.force,
             threads_per_worker=args.threads_per_worker, on_result=progress,
-            manifest=args.manifest,
+            manifest=args.manifest, report=not args.no_report,
         )
     finally:
         progress.close()

@@ -9,7 +9,10 @@ so that the rename itself survives a crash.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -50,3 +53,37 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sweep_stale(folder: str | os.PathLike, max_age_s: float = 24 * 3600) -> None:
+    """Remove what crashed writers left in a temporary ``folder`` (older than a day: a
+    live writer's folder is minutes old)."""
+    now = time.time()
+    for path in Path(folder).iterdir():
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > max_age_s:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def move_folder_into_place(tmp: Path, final: Path, trash_dir: Path, replace: bool) -> bool:
+    """Rename the complete folder ``tmp`` to ``final`` in one step; return False when
+    another writer's ``final`` was there first and is kept (``tmp`` is left to the
+    caller to remove).
+
+    With ``replace`` an existing ``final`` is first renamed into ``trash_dir`` (same file
+    system) and deleted, so that a reader sees the old folder or the new one, and for a
+    moment none. The parent folder is fsynced, so the rename survives a crash.
+    """
+    if replace and final.exists():
+        trash = trash_dir / f"{final.name}.old.{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(final, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    try:
+        os.rename(tmp, final)
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            raise
+        return False
+    fsync_dir(final.parent)
+    return True

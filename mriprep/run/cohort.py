@@ -20,6 +20,9 @@ Reports
 -------
 After a run, ``CACHE/reports/latest.json`` and ``latest.csv`` list every subject with its
 status, failing stage and reason, key, seconds and metrics (see :mod:`mriprep.run.reports`).
+Each worker also makes its subject's QC pictures and metrics (``CACHE/qc/<key>``), and the
+run ends with the HTML QC report, ``CACHE/qc/index.html`` (:mod:`mriprep.qc`), unless
+``report=False``.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ class RunResult:
     workers: int
     seconds: float
     report_paths: dict[str, Path] = field(default_factory=dict)
+    # Writing the HTML QC report after the subjects (not counted in ``seconds``).
+    report_seconds: float = 0.0
+    report_error: str = ""
 
     def count(self, status: str) -> int:
         return sum(1 for r in self.results if r.status == status)
@@ -103,6 +109,7 @@ def run_cohort(
     threads_per_worker: int = 1,
     on_result: Callable[[SubjectResult], None] | None = None,
     manifest: str | os.PathLike | None = None,
+    report: bool = True,
 ) -> RunResult:
     """Process every subject into the cache and write the run reports.
 
@@ -128,6 +135,9 @@ def run_cohort(
         Called in this process with each subject's result as it completes (progress).
     manifest
         Only recorded in the report.
+    report
+        Make each subject's QC pictures and metrics in its worker, and write the HTML QC
+        report (``CACHE/qc/index.html``, :mod:`mriprep.qc.report`) at the end.
 
     Returns
     -------
@@ -157,7 +167,8 @@ def run_cohort(
 
         run_id = uuid.uuid4().hex[:12]
         keys = [f"mriprep-{run_id}-{i}-{t.subject_id}" for i, t in enumerate(rows)]
-        args = (rows, keys, pipeline, str(cache.root), force, threads_per_worker, collect)
+        args = (rows, keys, pipeline, str(cache.root), force, threads_per_worker, report,
+                collect)
         try:
             if client is not None:
                 _execute_on_client(client, *args)
@@ -175,6 +186,16 @@ def run_cohort(
         seconds=round(time.perf_counter() - start, 3),
     )
     run.report_paths = write_reports(cache, run, started, manifest)
+    if report:
+        from mriprep.qc.report import write_report
+
+        report_start = time.perf_counter()
+        try:
+            run.report_paths["qc"] = write_report(cache.root, make_missing=False)
+        except Exception as exc:  # noqa: BLE001 - the cohort is done; the report is extra
+            run.report_error = (f"the QC report could not be written ({type(exc).__name__}: "
+                                f"{exc}); `mriprep report {cache.root}` tries again")
+        run.report_seconds = round(time.perf_counter() - report_start, 3)
     return run
 
 
@@ -203,7 +224,8 @@ class _IndexWriter:
         self.last_flush = time.monotonic()
 
 
-def _execute_on_client(client, rows, keys, pipeline, cache_root, force, threads, collect):
+def _execute_on_client(client, rows, keys, pipeline, cache_root, force, threads, qc,
+                       collect):
     """One future per subject on a dask.distributed client, collected as they finish."""
     from dask.distributed import as_completed
 
@@ -219,6 +241,7 @@ def _execute_on_client(client, rows, keys, pipeline, cache_root, force, threads,
             cache_root=cache_root,
             force=force,
             threads=threads,
+            qc=qc,
             key=keys[i],
             pure=False,
             priority=len(order) - rank,
@@ -246,7 +269,7 @@ def largest_first(rows: list[ManifestRow]) -> list[int]:
     return sorted(range(len(rows)), key=lambda i: (-size(rows[i]), i))
 
 
-def _execute_local(scheduler, workers, rows, keys, pipeline, cache_root, force, threads,
+def _execute_local(scheduler, workers, rows, keys, pipeline, cache_root, force, threads, qc,
                    collect):
     """One delayed task per subject on dask's threaded or synchronous scheduler."""
     import dask
@@ -263,7 +286,7 @@ def _execute_local(scheduler, workers, rows, keys, pipeline, cache_root, force, 
     shared = dask.delayed(pipeline, traverse=False)
     graph = [
         dask.delayed(process_subject, pure=False)(
-            dask.delayed(row, traverse=False), shared, cache_root, force, threads,
+            dask.delayed(row, traverse=False), shared, cache_root, force, threads, qc,
             dask_key_name=key,
         )
         for row, key in zip(rows, keys)

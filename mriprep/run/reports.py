@@ -109,6 +109,10 @@ def summary_text(run: RunResult) -> str:
         lines += [f"  {r.name} at {r.stage}: {r.reason}" for r in run.failed]
     if run.report_paths:
         lines.append(f"report: {run.report_paths['json']} (and .csv)")
+    if "qc" in run.report_paths:
+        lines.append(f"QC report: {run.report_paths['qc']} (open it in a browser)")
+    if run.report_error:
+        lines.append(run.report_error)
     return "\n".join(lines)
 
 
@@ -123,6 +127,7 @@ def summary_json(run: RunResult) -> dict[str, Any]:
         "counts": run.counts(),
         "exit_code": run.exit_code,
         "reports": {k: str(v) for k, v in run.report_paths.items()},
+        "qc_report_error": run.report_error or None,
         "failed": [{k: getattr(r, k) for k in ("subject_id", "session_id", "stage", "reason")}
                    for r in run.failed],
         "subjects": [{k: getattr(r, k) for k in REPORT_COLUMNS} for r in run.results],

@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from mriprep.core.limits import INT16, UINT8_MAX
 from mriprep.core.volume import Volume, jsonable
 from mriprep.inputs.manifest import ManifestRow
 from mriprep.pipelines import Pipeline
+from mriprep.qc.capture import Capture
 from mriprep.run.result import SubjectResult
 from mriprep.run.scheduling import configure_worker
 from mriprep.stages import all_stages, get_stage
@@ -52,6 +53,7 @@ def process_subject(
     cache_root: str,
     force: bool = False,
     threads: int = 1,
+    qc: bool = True,
 ) -> SubjectResult:
     """Process one subject into the cache and return its result; never raises.
 
@@ -67,9 +69,12 @@ def process_subject(
         Recompute even when a verified entry with the same key exists.
     threads
         ITK/BLAS threads for this worker.
+    qc
+        Make the subject's QC pictures and metrics (:mod:`mriprep.qc`) while its data
+        are in memory; a failed subject gets a picture of its input when it was read.
     """
     start = time.perf_counter()
-    current = _Current("load")
+    current = _Current("load", capture=Capture() if qc else None, cache_root=cache_root)
     fields: dict[str, Any] = {}
     stage_failure_metrics: dict[str, Any] = {}
     try:
@@ -92,6 +97,8 @@ def process_subject(
             metrics[fields["stage"]] = jsonable(stage_failure_metrics)
             fields["metrics"] = metrics
         fields["key"] = current.key
+        if current.capture is not None and current.capture.loaded is not None and current.key:
+            _write_failed_qc(row, current, fields)
     return SubjectResult.of(
         row, **fields,
         seconds=round(time.perf_counter() - start, 3),
@@ -107,6 +114,8 @@ class _Current:
     stage: str
     volume: Volume | None = None
     key: str = ""
+    capture: Capture | None = None
+    cache_root: str = ""
 
 
 def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
@@ -126,7 +135,9 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
 
     volume = load_volume(row.image, row.label, subject_id=row.subject_id)
     current.volume = volume
-    volume = run_stages(volume, pipeline, current)
+    if current.capture is not None:
+        current.capture.loaded = volume
+    volume = run_stages(volume, pipeline, current, observe=current.capture)
 
     current.stage = "cache"
     tensors = output_tensors(volume, pipeline.output_dtype)
@@ -135,6 +146,9 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
     warnings = stage_warnings(volume.provenance)
     if replace and not force:
         warnings.append("replaced an entry that failed verification")
+    if current.capture is not None:
+        current.stage = "qc"
+        warnings += _write_qc(row, pipeline, cache, key, current.capture, volume, tensors)
     return dict(status="cached", key=key, entry=entry,
                 metrics=stage_metrics(volume.provenance), warnings=tuple(warnings))
 
@@ -153,8 +167,11 @@ def input_hashes(row: ManifestRow) -> dict[str, str]:
     return hashes
 
 
-def run_stages(volume: Volume, pipeline: Pipeline, current: _Current | None = None) -> Volume:
+def run_stages(volume: Volume, pipeline: Pipeline, current: _Current | None = None,
+               observe: Callable[[str, Volume, Volume], None] | None = None) -> Volume:
     """Run every step of ``pipeline`` on ``volume`` and return the final volume.
+
+    ``observe(step_name, before, after)`` is called after each step (the QC capture).
 
     Raises
     ------
@@ -167,8 +184,11 @@ def run_stages(volume: Volume, pipeline: Pipeline, current: _Current | None = No
     for step in pipeline.steps:
         current.stage = step.name
         had_pending = volume.pending is not None
+        before = volume
         volume = get_stage(step.name)(volume, step.params)
         current.volume = volume
+        if observe is not None:
+            observe(step.name, before, volume)
         if volume.pending is not None and not had_pending:
             handed_over_by = step.name
     if volume.pending is not None:
@@ -263,8 +283,57 @@ def stage_warnings(records: Iterable) -> list[str]:
     return [f"{r.stage}: {w}" for r in records for w in r.warnings]
 
 
+def stage_warnings_json(records: Iterable[dict[str, Any]]) -> list[str]:
+    """:func:`stage_warnings` of StageRecords as JSON."""
+    return [f"{r['stage']}: {w}" for r in records for w in r.get("warnings", [])]
+
+
 def _next_name(name: str) -> str:
     base, _, number = name.rpartition("_")
     if base and number.isdigit():
         return f"{base}_{int(number) + 1}"
     return f"{name}_2"
+
+
+def _write_qc(row: ManifestRow, pipeline: Pipeline, cache: Cache, key: str, capture: Capture,
+              volume: Volume, tensors: dict[str, np.ndarray]) -> list[str]:
+    """Make and store the subject's QC; a problem is a warning, never a failure."""
+    from mriprep.qc.store import write_qc
+    from mriprep.qc.subject import OutputData, subject_qc, template_from_records
+
+    try:
+        applied = volume.applied
+        output = OutputData(
+            image=tensors["image"], valid=tensors["valid"], affine=volume.affine,
+            label=tensors.get("label"),
+            template_to_subject=applied.template_to_subject if applied is not None else None)
+        template = template_from_records(step.resolved() for step in pipeline.steps) \
+            if applied is not None else None
+        qc = subject_qc(capture.loaded, capture.layers, output, template,
+                        (record.to_json() for record in volume.provenance))
+        if capture.problem:
+            qc.notes.append(capture.problem)
+        write_qc(cache.root, key, qc, _identity(row, "cached"))
+    except Exception as exc:  # noqa: BLE001 - the entry is written; QC is an extra
+        return [f"qc: not made ({type(exc).__name__}: {exc})"]
+    return []
+
+
+def _write_failed_qc(row: ManifestRow, current: _Current, fields: dict[str, Any]) -> None:
+    """A failed subject's QC: a picture of its input, with what was invalidated so far."""
+    from mriprep.qc.store import write_qc
+    from mriprep.qc.subject import subject_qc
+
+    try:
+        qc = subject_qc(current.capture.loaded, current.capture.layers, None, None, ())
+        write_qc(Path(current.cache_root), current.key, qc,
+                 _identity(row, "failed", stage=fields.get("stage"),
+                           reason=fields.get("reason")))
+    except Exception as exc:  # noqa: BLE001 - the failure itself is what matters
+        fields["warnings"] = tuple(fields.get("warnings", ())) + (
+            f"qc: not made ({type(exc).__name__}: {exc})",)
+
+
+def _identity(row: ManifestRow, status: str, **extra: Any) -> dict[str, Any]:
+    return {"subject_id": row.subject_id, "session_id": row.session_id, "split": row.split,
+            "status": status, **extra}

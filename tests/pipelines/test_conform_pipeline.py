@@ -53,7 +53,7 @@ def scans(tmp_path_factory):
     (root / "cohort.csv").write_text("\n".join(rows) + "\n")
     cache_root = root / "cache"
     result = run_cohort(cohort_rows(root / "cohort.csv"), cache_root,
-                        load_pipeline("conform_1mm"), scheduler="sync")
+                        load_pipeline("conform_1mm"), scheduler="sync", report=False)
     assert result.count("cached") == 3, result.failed
     return root, Cache(cache_root), files
 
@@ -147,7 +147,7 @@ def test_a_uint8_conform_cache_holds_fastsurfers_rounded_values_and_is_served(
     assert pipeline.params_of("validate").output_dtype == "uint8"
     assert pipeline.hash != load_pipeline("conform_1mm").hash
     result = run_cohort(cohort_rows(root / "cohort.csv"), tmp_path / "cache",
-                        pipeline, scheduler="sync")
+                        pipeline, scheduler="sync", report=False)
     assert result.count("cached") == 3, result.failed
     cache = Cache(tmp_path / "cache")
     ref, _ = _entry(cache, "sub-thick")

@@ -331,3 +331,6 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_the_default_pipeline_by_name(tmp_pat
     summary = json.loads(run.stdout)
     assert summary["pipeline"]["name"] == "t1w_mni_rigid"
     assert summary["counts"] == {"cached": 1, "skipped": 0, "failed": 0, "total": 1}
+    # The QC report's templates are package data too: the installed copy writes it.
+    assert summary["qc_report_error"] is None
+    assert (tmp_path / "cache" / "qc" / "index.html").is_file()

@@ -146,6 +146,9 @@ def cohort(tmp_path_factory):
 def run(cohort, cache, pipeline=None, **kwargs):
     kwargs.setdefault("scheduler", "threads")
     kwargs.setdefault("workers", 2)
+    # These tests are about the runner; the QC report has its own (tests/qc), and the
+    # CLI test below runs with it as users do.
+    kwargs.setdefault("report", False)
     pipe = load_pipeline(pipeline or write_pipeline(cohort))
     return run_cohort(cohort_rows(cohort / "cohort.csv"), cache, pipe, **kwargs)
 
@@ -249,6 +252,13 @@ def test_rerun_skips_everything_and_says_so(cohort, tmp_path, capsys):
     assert ("6 subjects already had a verified cache entry for these inputs and this "
             "pipeline: skipped") in text
     assert "sub-04 at runner_test_zscore: constant image" in text
+    # Every run ends with the QC report, unless asked not to.
+    index = tmp_path / "cache" / "qc" / "index.html"
+    assert f"QC report: {index}" in text and index.is_file()
+    assert main(["run", str(cohort / "cohort.csv"), "-o", str(tmp_path / "plain"), "-p",
+                 str(write_pipeline(cohort)), "--scheduler", "sync", "--no-report"]) == 1
+    assert "QC report" not in capsys.readouterr().out
+    assert not (tmp_path / "plain" / "qc").exists()
 
 
 def test_changed_input_recomputes_only_that_subject(cohort, tmp_path):
@@ -349,7 +359,8 @@ def test_sigkill_midway_then_rerun_completes(cohort, tmp_path):
     cache_root = tmp_path / "cache"
     slow = write_pipeline(tmp_path, pause_s=0.4)
     cmd = [sys.executable, "-c", CLI_BOOT, "run", str(cohort / "cohort.csv"), "-o",
-           str(cache_root), "-p", str(slow), "--scheduler", "processes", "--workers", "2"]
+           str(cache_root), "-p", str(slow), "--scheduler", "processes", "--workers", "2",
+           "--no-report"]
     proc = subprocess.Popen(cmd, env=subprocess_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     entries = cache_root / "entries"
@@ -374,7 +385,7 @@ def test_two_runs_on_one_cache_at_once(cohort, tmp_path):
     cache_root = tmp_path / "cache"
     cmd = [sys.executable, "-c", CLI_BOOT, "run", str(cohort / "cohort.csv"), "-o",
            str(cache_root), "-p", str(write_pipeline(tmp_path, pause_s=0.1)),
-           "--scheduler", "threads", "--workers", "2", "--json"]
+           "--scheduler", "threads", "--workers", "2", "--json", "--no-report"]
     procs = [subprocess.Popen(cmd, env=subprocess_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=180) for p in procs]
@@ -538,7 +549,8 @@ def test_default_pipeline_over_the_demo_cohort(demo_cohort, demo_cache, tmp_path
     # The rerun goes through the CLI, on a clone: the session's demo cache stays as the
     # first run left it for the other tests.
     clone = clone_cache(cache_root, tmp_path / "cache")
-    argv = ["run", str(demo_cohort.manifest), "-o", str(clone.root), "--workers", "2"]
+    argv = ["run", str(demo_cohort.manifest), "-o", str(clone.root), "--workers", "2",
+            "--no-report"]
     capsys.readouterr()
     assert main(argv + ["--json"]) == 1
     counts = json.loads(capsys.readouterr().out)["counts"]

@@ -1,0 +1,265 @@
+"""What the report shows, gathered from a cache: every subject with its record and QC.
+
+Subjects come from two sources: the index (cached entries, whichever run made them) and
+the last run's report (failed subjects, with their stage and reason, and the stage
+metrics of every subject it ran). Each subject's QC is read from ``CACHE/qc/<key>``, or
+made from the cache when the run made none (:func:`mriprep.qc.subject.qc_from_cache`).
+Nothing here raises for a damaged cache: what cannot be read becomes a problem the
+report shows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from mriprep.cache import Cache, IndexEntry, MalformedEntry
+from mriprep.core.errors import CacheError
+from mriprep.qc.outliers import Outlier, cohort_flags, robust_z
+from mriprep.qc.store import read_qc, write_qc
+from mriprep.run.reports import latest_report_path
+
+
+
+@dataclass
+class ReportSubject:
+    """One subject of the report."""
+
+    subject_id: str
+    session_id: str
+    split: str
+    status: str  # "cached" or "failed"
+    key: str = ""
+    stage: str = ""
+    reason: str = ""
+    stage_metrics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float | None = None
+    qc: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+    outliers: list[Outlier] = field(default_factory=list)
+    # metric -> (cohort median, this subject's robust z), over the cached subjects.
+    cohort: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        if not self.session_id:
+            return self.subject_id
+        session = self.session_id if self.session_id.startswith("ses-") \
+            else f"ses-{self.session_id}"
+        return f"{self.subject_id} {session}"
+
+    @property
+    def page(self) -> str:
+        """The subject's page file name (ids made safe for a file name)."""
+        raw = f"{self.subject_id}_{self.session_id}" if self.session_id else self.subject_id
+        return re.sub(r"[^A-Za-z0-9._-]", "_", raw) + f"-{self.key[:8] or self.status}.html"
+
+    @property
+    def flagged(self) -> dict[str, str]:
+        """Metric -> why it is flagged, for this subject's outlier flags."""
+        return {o.metric: o.describe() for o in self.outliers}
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return dict((self.qc or {}).get("metrics", {}))
+
+
+@dataclass
+class ReportData:
+    """The report's content: subjects, problems of the cache as a whole, the last run's
+    header, and the pipelines of the indexed entries (name (hash) -> entries)."""
+
+    cache: Path
+    subjects: list[ReportSubject]
+    problems: list[str] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)
+    pipelines: Counter = field(default_factory=Counter)
+
+
+def gather(cache_root: str | Path, make_missing: bool = True,
+           progress: Callable[[int, int], None] | None = None) -> ReportData:
+    """Every subject of the cache and of its last run, with QC and outlier flags.
+
+    ``make_missing`` makes the QC of cached entries that have none, from the cache
+    (``mriprep report``); without it they are listed as having none (the end of a run,
+    which must not turn into a second, slower pass).
+    """
+    cache = Cache(cache_root)
+    data = ReportData(cache=cache.root, subjects=[])
+    run = _read_run_report(cache.root, data.problems)
+    data.run = {k: v for k, v in run.items() if k != "subjects"}
+    records = run.get("subjects")
+    rows = {(str(r.get("subject_id")), str(r.get("session_id") or "")): r
+            for r in (records if isinstance(records, list) else [])
+            if isinstance(r, dict) and "subject_id" in r}
+    seen = set()
+    for entry in _entries(cache, data.problems):
+        seen.add(entry.identity)
+        data.pipelines[f"{entry.pipeline_name} ({entry.pipeline_hash[:12]})"] += 1
+        row = rows.get(entry.identity, {})
+        subject = ReportSubject(entry.subject_id, entry.session_id, entry.split or "",
+                                "cached", key=entry.key)
+        if row.get("key") == entry.key:
+            _take_row(subject, row)
+        else:
+            _take_meta(subject, cache)
+        data.subjects.append(subject)
+    for ident, row in rows.items():
+        if ident in seen or row.get("status") != "failed":
+            continue
+        subject = ReportSubject(ident[0], ident[1], str(row.get("split") or ""), "failed",
+                                key=str(row.get("key") or ""), stage=str(row.get("stage") or ""),
+                                reason=str(row.get("reason") or ""))
+        _take_row(subject, row)
+        data.subjects.append(subject)
+    data.subjects.sort(key=lambda s: (s.status != "failed", s.subject_id, s.session_id))
+    for done, subject in enumerate(data.subjects, 1):
+        try:
+            _attach_qc(cache, subject, make_missing)
+        except Exception as exc:  # noqa: BLE001 - one damaged subject is shown, not fatal
+            subject.problems.append(f"its QC could not be read: {type(exc).__name__}: {exc}")
+        if progress is not None:
+            progress(done, len(data.subjects))
+    _flag_outliers(data.subjects)
+    return data
+
+
+def _entries(cache: Cache, problems: list[str]) -> list[IndexEntry]:
+    """The index's well-formed entries; each malformed one, or an unreadable index, is a
+    problem of the report (``mriprep check`` names them all)."""
+    try:
+        raw = cache.read_index()
+    except CacheError as exc:
+        problems.append(f"the index cannot be read, so cached subjects are not listed: {exc}")
+        return []
+    entries = []
+    for key, doc in raw.items():
+        try:
+            entries.append(IndexEntry.from_json(key, doc))
+        except MalformedEntry as exc:
+            problems.append(f"{exc} (not shown)")
+    return sorted(entries, key=lambda e: (e.subject_id, e.session_id, e.key))
+
+
+def _read_run_report(root: Path, problems: list[str]) -> dict[str, Any]:
+    path = latest_report_path(root)
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        problems.append(f"the run report {path} cannot be read ({exc}): failed subjects "
+                        "of the last run are not listed")
+        return {}
+    if not isinstance(doc, dict):
+        problems.append(f"the run report {path} is not a report object: failed subjects "
+                        "of the last run are not listed")
+        return {}
+    return doc
+
+
+def _take_row(subject: ReportSubject, row: dict[str, Any]) -> None:
+    metrics = row.get("metrics")
+    subject.stage_metrics = metrics if isinstance(metrics, dict) else {}
+    subject.warnings = [str(w) for w in row.get("warnings") or []]
+    seconds = row.get("seconds")
+    subject.seconds = float(seconds) if isinstance(seconds, (int, float)) else None
+
+
+def _take_meta(subject: ReportSubject, cache: Cache) -> None:
+    """Stage metrics from the entry's sidecar (a subject the last run did not touch)."""
+    from mriprep.run.subject import stage_metrics_json, stage_warnings_json
+
+    try:
+        meta = cache.read_meta(subject.key)
+        records = [r for r in meta.get("provenance", []) if isinstance(r, dict) and "stage" in r]
+        subject.stage_metrics = stage_metrics_json(records)
+        subject.warnings = stage_warnings_json(records)
+    except (CacheError, AttributeError, TypeError, ValueError) as exc:
+        subject.problems.append(f"the entry's sidecar cannot be read: {exc}")
+
+
+def _attach_qc(cache: Cache, subject: ReportSubject, make_missing: bool) -> None:
+    if subject.status == "cached":
+        subject.problems += _damage(cache, subject.key)
+    if not subject.key:
+        subject.problems.append(f"no pictures: it failed at {subject.stage or 'its start'} "
+                                "before its input was read")
+        return
+    subject.qc = read_qc(cache.root, subject.key)
+    if subject.qc is not None and subject.status == "cached" \
+            and subject.qc.get("status") == "failed":
+        subject.qc = None  # made when this key failed earlier: not this entry's
+    if subject.qc is not None:
+        return
+    if subject.status != "cached":
+        subject.problems.append("no picture of the input: it could not be read, or the "
+                                "run made no QC (--no-report)")
+        return
+    if not make_missing:
+        subject.problems.append(f"no QC was made for this entry (it was cached with "
+                                f"--no-report); `mriprep report {cache.root}` makes it")
+        return
+    from mriprep.qc.subject import qc_from_cache
+
+    try:
+        qc = qc_from_cache(cache, subject.key)
+    except Exception as exc:  # noqa: BLE001 - a damaged entry is shown, not fatal
+        subject.problems.append(f"QC could not be made from the cache: "
+                                f"{type(exc).__name__}: {exc}")
+        return
+    identity = {"subject_id": subject.subject_id, "session_id": subject.session_id,
+                "split": subject.split, "status": "cached"}
+    try:
+        write_qc(cache.root, subject.key, qc, identity, replace=False)
+        subject.qc = read_qc(cache.root, subject.key)
+    except OSError as exc:
+        subject.problems.append(f"QC made from the cache could not be stored in "
+                                f"{cache.root}: {exc}")
+
+
+def _damage(cache: Cache, key: str) -> list[str]:
+    """Cheap signs of a damaged entry: a tensor file missing or of the wrong size (the
+    checksums are ``mriprep check``'s job)."""
+    try:
+        meta = cache.read_meta(key)
+    except CacheError as exc:
+        return [f"the entry cannot be read: {exc}"]
+    files = meta.get("files") if isinstance(meta, dict) else None
+    if not isinstance(files, dict):
+        return ["the entry's sidecar lists no tensor files; run `mriprep check`"]
+    problems = []
+    for name, record in files.items():
+        record = record if isinstance(record, dict) else {}
+        path = cache.entry_dir(key) / str(record.get("file", f"{name}.npy"))
+        size = path.stat().st_size if path.is_file() else None
+        if size is None:
+            problems.append(f"tensor {name} is missing ({path}); run `mriprep check`")
+        elif record.get("bytes") is not None and size != record["bytes"]:
+            problems.append(f"tensor {name} is damaged: {path} holds {size} bytes, the "
+                            f"entry recorded {record['bytes']}; run `mriprep check`")
+    return problems
+
+
+def _flag_outliers(subjects: list[ReportSubject]) -> None:
+    """Each cached subject's outlier flags, and its place in the cohort on every metric."""
+    by_key = {s.key: s for s in subjects}
+    cached = {s.key: s.metrics for s in subjects if s.status == "cached" and s.qc is not None}
+    for outlier in cohort_flags(cached):
+        by_key[outlier.name].outliers.append(outlier)
+    for metric in sorted({m for values in cached.values() for m in values}):
+        keys = list(cached)
+        z, median = robust_z([_number(cached[k].get(metric)) for k in keys])
+        for key, score in zip(keys, z):
+            by_key[key].cohort[metric] = (median, float(score))
+
+
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return float("nan")
+    return float(value)

@@ -1,0 +1,121 @@
+"""Mosaics: three planes of tiles, grey levels with coloured overlays, as JPEG bytes.
+
+Drawn with numpy on the display grid of :mod:`mriprep.qc.views` and encoded by Pillow
+(matplotlib's own image backend), not with ``nilearn.plotting``: a nilearn mosaic
+resamples the whole volume and builds a matplotlib figure, about a second each, and the
+report must cost a small share of a run (``make bench`` measures it). matplotlib lends
+its colour tables; the legends are HTML, next to the picture.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import to_rgb
+from PIL import Image
+from scipy import ndimage
+
+# What each invalid voxel of the report's pictures is: its name, what it means, its
+# colour and how people call that colour. The codes are those of mriprep.qc.capture's
+# cause maps; OUTSIDE and UNRECORDED are derived when drawing.
+CAUSES = {
+    1: ("filled", "NaN, Inf or extreme value, filled by sanitize", "#ff00ff", "magenta"),
+    2: ("incomplete slice", "zero-filled, constant or cut slice, masked", "#ff9900", "orange"),
+    3: ("artifact slice", "spike, dropout or motion slice, masked", "#00e5ff", "cyan"),
+    4: ("other invalid", "marked invalid by another stage", "#ff3030", "red"),
+    5: ("outside the scan", "no measurement: outside the input's field of view", "#3b6cff",
+        "blue"),
+    6: ("invalid", "invalid, cause not recorded (QC made from the cache)", "#ffee00",
+        "yellow"),
+}
+OUTSIDE = 5
+UNRECORDED = 6
+OUTLINE_COLOUR = "#ff2020"
+_GAP = 2  # pixels between tiles
+
+
+def grey(tiles: dict[str, list[np.ndarray]], low: float | None = None,
+         high: float | None = None) -> dict[str, list[np.ndarray]]:
+    """Tiles of intensities as RGB floats in [0, 1], windowed on their own 0.5-99.5th
+    percentiles of the finite values (NaN and -Inf show black, +Inf white; a constant
+    image shows mid-grey)."""
+    values = np.concatenate([t[np.isfinite(t)].ravel() for ts in tiles.values() for t in ts])
+    if low is None or high is None:
+        if values.size:
+            low, high = (float(v) for v in np.percentile(values, [0.5, 99.5]))
+        else:
+            low, high = 0.0, 1.0
+    flat = not high > low  # a constant image: mid-grey, not black, so it reads as flat
+    span = high - low if not flat else 1.0
+    out = {}
+    for plane, ts in tiles.items():
+        out[plane] = []
+        for t in ts:
+            with np.errstate(invalid="ignore"):
+                g = np.clip((np.nan_to_num(t, nan=low, posinf=high, neginf=low) - low) / span,
+                            0.0, 1.0)
+            if flat:
+                g = np.where(np.isfinite(t), 0.5, 0.0)
+            out[plane].append(np.repeat(g[..., None], 3, axis=-1).astype(np.float32))
+    return out
+
+
+def paint(rgb: np.ndarray, where: np.ndarray, colour: str, alpha: float) -> None:
+    """Blend ``colour`` into ``rgb`` (in place) where ``where`` is True."""
+    if where.any():
+        rgb[where] = (1 - alpha) * rgb[where] + alpha * np.asarray(to_rgb(colour), np.float32)
+
+
+def paint_causes(rgb: np.ndarray, causes: np.ndarray, alpha: float = 0.6) -> None:
+    for code, (_, _, colour, _) in CAUSES.items():
+        paint(rgb, causes == code, colour, alpha)
+
+
+def paint_outline(rgb: np.ndarray, mask: np.ndarray, colour: str = OUTLINE_COLOUR) -> None:
+    """Draw the edge of ``mask`` (its voxels with a neighbour outside)."""
+    edge = mask & ~ndimage.binary_erosion(mask, border_value=0)
+    paint(rgb, edge, colour, 1.0)
+
+
+def paint_labels(rgb: np.ndarray, label: np.ndarray, alpha: float = 0.45) -> None:
+    """Each non-zero label value in its colour of matplotlib's tab20 table."""
+    for value in np.unique(label):
+        if value != 0:
+            paint(rgb, label == value, label_colour(int(value)), alpha)
+
+
+def label_colour(value: int) -> str:
+    table = colormaps["tab20"].colors
+    return _hex(table[int(value) % len(table)])
+
+
+def compose(tiles: dict[str, list[np.ndarray]]) -> np.ndarray:
+    """One uint8 RGB picture: a row of tiles per plane, tiles centred in equal cells."""
+    height = max(t.shape[0] for ts in tiles.values() for t in ts)
+    width = max(t.shape[1] for ts in tiles.values() for t in ts)
+    n_cols = max(len(ts) for ts in tiles.values())
+    out = np.zeros((len(tiles) * (height + _GAP) - _GAP, n_cols * (width + _GAP) - _GAP, 3),
+                   dtype=np.float32)
+    for r, ts in enumerate(tiles.values()):
+        for c, t in enumerate(ts):
+            top = r * (height + _GAP) + (height - t.shape[0]) // 2
+            left = c * (width + _GAP) + (width - t.shape[1]) // 2
+            out[top:top + t.shape[0], left:left + t.shape[1]] = t
+    return (out * 255 + 0.5).astype(np.uint8)
+
+
+def encode_jpeg(picture: np.ndarray, quality: int = 85) -> bytes:
+    """JPEG bytes; full chroma resolution, so that one-pixel coloured outlines stay sharp.
+
+    JPEG over PNG: 1-3 ms a mosaic and a tenth of PNG's size on anatomy, where 1,000
+    subjects of four mosaics each must stay a few hundred MB at most.
+    """
+    buffer = io.BytesIO()
+    Image.fromarray(picture).save(buffer, "JPEG", quality=quality, subsampling=0)
+    return buffer.getvalue()
+
+
+def _hex(rgb) -> str:
+    return "#" + "".join(f"{int(round(c * 255)):02x}" for c in rgb[:3])
