@@ -33,7 +33,7 @@ def _bench(name: str):
 
 
 SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
-            "loader", "check")
+            "loader", "guards", "check")
 
 
 def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
@@ -49,6 +49,7 @@ def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
         "report": lambda: _bench("bench_report").main(
             [str(cohort), "--work-dir", str(work / "report"), "--rounds", "2"]),
         "loader": lambda: _bench("bench_loader").main([]),
+        "guards": lambda: _bench("bench_guards").main([]),
         "check": lambda: _check_section(work),
     }
 

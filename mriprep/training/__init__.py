@@ -1,4 +1,8 @@
-"""Training-side access to a cache: :class:`MRIDataset` and :func:`make_dataloader`.
+"""Training-side access to a cache: :class:`MRIDataset` and :func:`make_dataloader`;
+and training that names its NaN: :mod:`~mriprep.training.guards` (:class:`NaNGuard`,
+:class:`NonFiniteLocator`, :func:`clamp_gradients`, :class:`GradientClipper`) and
+:mod:`~mriprep.training.losses` (:class:`DiceLoss`, :class:`CrossEntropyLoss`, masked and
+finite by construction).
 
     >>> from mriprep import MRIDataset, make_dataloader
     >>> ds = MRIDataset("cache/", split="train", mode="patch", patch_size=96)
@@ -57,6 +61,13 @@ only (torch seeds each worker from the loader's seeded generator).
 
 from mriprep.training.buffers import BufferPool, collate
 from mriprep.training.dataset import MRIDataset
+from mriprep.training.guards import (
+    GradientClipper,
+    NaNGuard,
+    NonFiniteError,
+    NonFiniteLocator,
+    clamp_gradients,
+)
 from mriprep.training.loader import (
     BACKENDS,
     DEFAULT_BATCH_SIZE,
@@ -65,11 +76,14 @@ from mriprep.training.loader import (
     make_dataloader,
     to_device,
 )
+from mriprep.training.losses import CrossEntropyLoss, DiceLoss
 from mriprep.training.options import DEFAULT_PATCH_SIZE, MODES
 from mriprep.training.sampling import EpochSampler, SampleKey, draw_seed
 
 __all__ = [
     "BACKENDS", "DEFAULT_BATCH_SIZE", "DEFAULT_PATCH_SIZE", "MODES", "BufferPool",
-    "EpochSampler", "MRIDataLoader", "MRIDataset", "SampleKey", "collate",
-    "default_num_workers", "draw_seed", "make_dataloader", "to_device",
+    "CrossEntropyLoss", "DiceLoss", "EpochSampler", "GradientClipper", "MRIDataLoader",
+    "MRIDataset", "NaNGuard", "NonFiniteError", "NonFiniteLocator", "SampleKey",
+    "clamp_gradients", "collate", "default_num_workers", "draw_seed", "make_dataloader",
+    "to_device",
 ]
