@@ -197,16 +197,28 @@ def stage_rows(stage_metrics: dict[str, Any]) -> list[tuple[str, list[tuple[str,
 
 
 def _nested_rows(name: str, value: dict[str, Any]) -> list[tuple[str, str]]:
-    if "incomplete" in value and "artifact" in value:  # one axis of mask_slices
-        rows = []
+    if isinstance(value.get("incomplete"), dict) and isinstance(value.get("artifact"), dict):
+        rows = []  # one axis of mask_slices: its slices and why
         if value["incomplete"]:
             rows.append((f"{name}: incomplete slices", ", ".join(
                 f"{i} ({kind})" for i, kind in value["incomplete"].items())))
         if value["artifact"]:
             rows.append((f"{name}: artifact slices", ", ".join(
-                f"{i} (score {_fmt(score)})" for i, score in value["artifact"].items())))
+                f"{i} ({_artifact_text(score)})" for i, score in value["artifact"].items())))
         return rows
     return [(f"{name}.{k}", _text(v)) for k, v in value.items() if not isinstance(v, dict)]
+
+
+def _artifact_text(score: Any) -> str:
+    """Why mask_slices called a slice an artifact, from its recorded scores."""
+    if not isinstance(score, dict):
+        return f"score {_fmt(score)}"
+    parts = []
+    if isinstance(score.get("log_ratio"), (int, float)):
+        parts.append(f"intensity x{math.exp(score['log_ratio']):.2f} its neighbours'")
+    if isinstance(score.get("correlation_deficit"), (int, float)):
+        parts.append(f"correlation deficit {score['correlation_deficit']:.2f}")
+    return ", ".join(parts) or ", ".join(f"{k} {_fmt(v)}" for k, v in score.items())
 
 
 def _text(value: Any) -> str:
