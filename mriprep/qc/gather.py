@@ -103,7 +103,7 @@ def gather(cache_root: str | Path, make_missing: bool = True,
         data.pipelines[f"{entry.pipeline_name} ({entry.pipeline_hash[:12]})"] += 1
         row = rows.get(entry.identity, {})
         subject = ReportSubject(entry.subject_id, entry.session_id, entry.split or "",
-                                "cached", key=entry.key)
+                                "cached", key=entry.key, problems=_damage(cache, entry))
         if row.get("key") == entry.key:
             _take_row(subject, row)
         else:
@@ -185,8 +185,6 @@ def _take_meta(subject: ReportSubject, cache: Cache) -> None:
 
 
 def _attach_qc(cache: Cache, subject: ReportSubject, make_missing: bool) -> None:
-    if subject.status == "cached":
-        subject.problems += _damage(cache, subject.key)
     if not subject.key:
         subject.problems.append(f"no pictures: it failed at {subject.stage or 'its start'} "
                                 "before its input was read")
@@ -223,26 +221,18 @@ def _attach_qc(cache: Cache, subject: ReportSubject, make_missing: bool) -> None
                                 f"{cache.root}: {exc}")
 
 
-def _damage(cache: Cache, key: str) -> list[str]:
-    """Cheap signs of a damaged entry: a tensor file missing or of the wrong size (the
-    checksums are ``mriprep check``'s job)."""
-    try:
-        meta = cache.read_meta(key)
-    except CacheError as exc:
-        return [f"the entry cannot be read: {exc}"]
-    files = meta.get("files") if isinstance(meta, dict) else None
-    if not isinstance(files, dict):
-        return ["the entry's sidecar lists no tensor files; run `mriprep check`"]
+def _damage(cache: Cache, entry: IndexEntry) -> list[str]:
+    """Cheap signs of a damaged entry: a tensor file missing or not of the size its index
+    entry records (the checksums are ``mriprep check``'s job)."""
     problems = []
-    for name, record in files.items():
-        record = record if isinstance(record, dict) else {}
-        path = cache.entry_dir(key) / str(record.get("file", f"{name}.npy"))
+    for name, record in entry.files.items():
+        path = cache.entry_dir(entry.key) / record.file
         size = path.stat().st_size if path.is_file() else None
         if size is None:
             problems.append(f"tensor {name} is missing ({path}); run `mriprep check`")
-        elif record.get("bytes") is not None and size != record["bytes"]:
+        elif record.bytes is not None and size != record.bytes:
             problems.append(f"tensor {name} is damaged: {path} holds {size} bytes, the "
-                            f"entry recorded {record['bytes']}; run `mriprep check`")
+                            f"entry recorded {record.bytes}; run `mriprep check`")
     return problems
 
 
