@@ -14,11 +14,11 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop]"
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=15
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not slow"

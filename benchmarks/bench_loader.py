@@ -36,8 +36,9 @@ PAGE = 4096
 
 
 def build_bench_cache(root: Path, n: int = 8, labels: bool = False, split: str = "train",
-                      step: int = 1) -> Path:
-    """``n`` template-sized (197x233x189 at ``step=1``) subjects in a new cache at ``root``.
+                      step: int = 1, val: int = 0) -> Path:
+    """``n`` template-sized (197x233x189 at ``step=1``) subjects in a new cache at ``root``,
+    in ``split`` but for the last ``val``, which are in "val".
 
     Subjects differ by gain and noise; each has one zero-filled, masked axial slice.
     """
@@ -73,7 +74,8 @@ def build_bench_cache(root: Path, n: int = 8, labels: bool = False, split: str =
             "shape": list(image.shape), "provenance": [],
         }
         key = entry_key(sid, "", {"t1w": f"{i:064x}"}, pipeline_hash)
-        entries.append(cache.write_entry(key, tensors, meta).with_split(split))
+        in_split = "val" if i >= n - val else split
+        entries.append(cache.write_entry(key, tensors, meta).with_split(in_split))
     cache.update_index(entries)
     return Path(root)
 

@@ -1,19 +1,27 @@
-"""Check make_dataloader's CUDA path on a machine with a GPU (well under 2 minutes).
+"""Check the training side on a machine with a GPU (about 3 minutes).
 
-Builds a cache of 8 template-sized volumes with labels in a temporary folder, then, per
-backend: times 3 epochs of ``make_dataloader`` (pinned memory, batches moved with
-non-blocking copies by ``to_device``) and prints the throughput to the GPU; then runs one
-more epoch and confirms on the device that every tensor is finite and equal to the cached
-data (a pinned buffer reused before its copy finished would show up as a mismatch).
+Builds a cache of 8 template-sized volumes with labels in a temporary folder (2 of them
+in "val"), then:
+
+1. per loader backend: times 3 epochs of ``make_dataloader`` (pinned memory, batches
+   moved with non-blocking copies by ``to_device``) and prints the throughput to the GPU;
+   then runs one more epoch and confirms on the device that every tensor is finite and
+   equal to the cached data (a pinned buffer reused before its copy finished would show
+   up as a mismatch);
+2. runs the reference training, ``examples/train_2p5d.py``, on the GPU with AMP
+   (float16 autocast and a GradScaler), then with bfloat16, and confirms that it exits 0
+   with finite losses that fall; it prints the script's own epoch lines.
+
 Exit 0 when every check passes, 1 otherwise. Without CUDA it says so, skips the GPU
-checks and measures the CPU loader only.
+checks, measures the CPU loader and runs a short CPU training.
 
-    python benchmarks/gpu_check.py [--volumes 8] [--workers 4]
+    python benchmarks/gpu_check.py [--volumes 8] [--workers 4] [--steps 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -88,11 +96,41 @@ def check_backend(cache_dir: Path, backend: str, workers: int, device: str,
     return problems
 
 
+def check_training(cache_dir: Path, device: str, workers: int | None, steps: int) -> list[str]:
+    """The reference training on ``device`` with each autocast dtype it supports there."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import train_2p5d
+
+    problems = []
+    amps = ("float16", "bfloat16") if device == "cuda" else ("bfloat16",)
+    for amp in amps:
+        metrics = cache_dir.parent / f"metrics-{amp}.json"
+        argv = [str(cache_dir), "--device", device, "--amp", amp, "--epochs", "2",
+                "--steps-per-epoch", str(steps // 2), "--metrics", str(metrics)]
+        if workers is not None:
+            argv += ["--workers", str(workers)]
+        print(f"  train_2p5d.py {' '.join(argv[1:])}")
+        code = train_2p5d.main(argv)
+        if code != 0:
+            problems.append(f"train_2p5d ({amp} on {device}) exited {code}")
+            continue
+        loss = np.array(json.loads(metrics.read_text())["loss"])
+        k = max(1, len(loss) // 4)
+        if not np.isfinite(loss).all():
+            problems.append(f"train_2p5d ({amp} on {device}): non-finite loss {loss.tolist()}")
+        elif not loss[-k:].mean() < loss[:k].mean():
+            problems.append(f"train_2p5d ({amp} on {device}): the loss did not fall "
+                            f"({loss[:k].mean():.4f} -> {loss[-k:].mean():.4f})")
+    return problems
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--volumes", type=int, default=8)
     parser.add_argument("--workers", type=int, default=None,
                         help="loader workers (default: from the machine's cores)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps per run (default 40 on CUDA, 10 on CPU)")
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     if cuda:
@@ -105,12 +143,15 @@ def main(argv=None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="mriprep-gpu-check-"))
     try:
         t0 = time.perf_counter()
-        cache_dir = build_bench_cache(scratch / "cache", n=args.volumes, labels=True)
+        cache_dir = build_bench_cache(scratch / "cache", n=args.volumes, labels=True, val=2)
         print(f"built a cache of {args.volumes} volumes in {time.perf_counter() - t0:.0f} s")
         expected = expected_sums(cache_dir)
         problems = []
         for backend in ("threads", "processes"):
             problems += check_backend(cache_dir, backend, args.workers, device, expected)
+        print("reference training:")
+        steps = args.steps or (40 if cuda else 10)
+        problems += check_training(cache_dir, device, args.workers, steps)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if problems:

@@ -33,7 +33,7 @@ def _bench(name: str):
 
 
 SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
-            "loader", "guards", "check")
+            "loader", "guards", "training", "check")
 
 
 def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
@@ -50,8 +50,19 @@ def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
             [str(cohort), "--work-dir", str(work / "report"), "--rounds", "2"]),
         "loader": lambda: _bench("bench_loader").main([]),
         "guards": lambda: _bench("bench_guards").main([]),
+        "training": lambda: _training_section(work),
         "check": lambda: _check_section(work),
     }
+
+
+def _training_section(work: Path) -> int:
+    """The reference training step fed by the loader against a dummy loader, on the demo
+    cache the runner section left (its people and labels), else on a built cache."""
+    demo_cache = work / "runner" / "scaling-2"
+    if (demo_cache / "index.json").exists():
+        print(f"demo cache ({demo_cache}):")
+        return _bench("bench_training").main(["--cache", str(demo_cache)])
+    return _bench("bench_training").main([])
 
 
 def _check_section(work: Path) -> int:

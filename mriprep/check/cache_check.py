@@ -7,7 +7,10 @@ a :class:`Finding` with a stable ``code``:
 Tensor pass (:mod:`mriprep.check.entries`: every file read once, in chunks)
     ``file-missing``, ``file-size``, ``tensor-unreadable``, ``tensor-layout``,
     ``dtype-mismatch``, ``shape-mismatch``, ``checksum-mismatch``, ``non-finite``,
-    ``extreme-values`` (beyond float16 range: mixed-precision training overflows),
+    ``extreme-values`` (beyond the range of the training dtype, ``dtype=``: the cast under
+    mixed-precision training overflows to Inf), ``cast-underflow`` (warning: so many
+    nonzero values below the dtype's smallest normal number that the image loses its
+    contrast), ``cast-precision`` (warning: integers the dtype cannot hold exactly),
     ``meta-missing``, ``meta-mismatch``.
 Label values (:mod:`mriprep.check.labels`)
     ``label-values``, ``labels-unchecked`` (warning).
@@ -57,6 +60,7 @@ from mriprep.check.manifest import (
 from mriprep.check.report import CheckReport, by_name, count_splits
 from mriprep.core.errors import CacheError
 from mriprep.core.findings import Finding, Severity
+from mriprep.core.limits import cast_limits
 from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 
 
@@ -70,6 +74,7 @@ def check_cache(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     exclusions: Iterable[str] = (),
+    dtype: Any = "float16",
 ) -> CheckReport:
     """Check a cache for everything that would make training fail or mislead.
 
@@ -94,6 +99,13 @@ def check_cache(
     exclusions : iterable of str
         Manifest rows known not to be cached (``sub-01``, or ``sub-01/ses-2``): reported
         as a warning; every other failed or missing row is an error.
+    dtype : {"float16", "bfloat16", "float32"}
+        The dtype training casts images to (the AMP autocast dtype; a numpy or torch
+        dtype, or its name, is accepted too). float16 (the default: a T4 has no
+        bfloat16) and bfloat16: an image value that overflows to Inf in it is an
+        ``extreme-values`` error, a share of nonzero values above
+        :data:`~mriprep.check.tensors.CAST_UNDERFLOW_SHARE` below its smallest normal
+        number a ``cast-underflow`` warning. float32: no cast check.
 
     Returns
     -------
@@ -105,15 +117,18 @@ def check_cache(
     CacheError
         When ``cache_dir`` is not a folder or not an mriprep cache (a usage error, not a
         finding).
+    ValueError
+        When ``dtype`` is not one of the choices.
     """
     started = time.perf_counter()
+    cast = cast_limits(dtype)
     root = Path(cache_dir)
     if not root.is_dir():
         raise CacheError(
             f"cache folder {root} does not exist; pass the folder given to `mriprep run -o`"
         )
     cache = Cache(root)
-    report = CheckReport(cache=str(root))
+    report = CheckReport(cache=str(root), dtype=cast.name)
     # A manifest that cannot be read fails the command before the (long) tensor pass.
     rows = manifest_rows(manifest) if manifest is not None else None
     try:
@@ -135,7 +150,7 @@ def check_cache(
         report.findings += check_geometry(entry)
 
     read_start = time.perf_counter()
-    scans = scan_entries(cache, index, workers, progress)
+    scans = scan_entries(cache, index, workers, progress, cast)
     report.read_seconds = time.perf_counter() - read_start
     for key in by_name(index, scans):
         report.findings += scans[key].findings

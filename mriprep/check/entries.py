@@ -17,6 +17,7 @@ from mriprep.cache import Cache, IndexEntry
 from mriprep.check.tensors import scan_tensor_file
 from mriprep.core.findings import Finding, Severity
 from mriprep.core.hashing import CHUNK_BYTES, file_checksum
+from mriprep.core.limits import CastLimits
 
 
 @dataclass
@@ -33,6 +34,9 @@ class EntryScan:
     meta: dict[str, Any] | None = None
 
 
+# Problems of the tensor pass that are reported as warnings; every other one is an error.
+WARNING_CODES = frozenset({"cast-underflow", "cast-precision"})
+
 _META_FIELDS = (
     "subject_id",
     "session_id",
@@ -45,8 +49,14 @@ _META_FIELDS = (
 )
 
 
-def scan_entry(cache: Cache, entry: IndexEntry, buffer: bytearray | None = None) -> EntryScan:
-    """Read every file of one index entry once and compare it with the index.
+def scan_entry(
+    cache: Cache,
+    entry: IndexEntry,
+    buffer: bytearray | None = None,
+    cast_dtype: str | CastLimits = "float16",
+) -> EntryScan:
+    """Read every file of one index entry once and compare it with the index; the image
+    is checked for what the cast to ``cast_dtype`` loses (see :func:`scan_tensor_file`).
 
     Also compares the sidecar ``meta.json`` with the index entry: an index edited by
     hand (a checksum "fixed" after a file was changed) no longer matches its sidecar.
@@ -81,10 +91,14 @@ def scan_entry(cache: Cache, entry: IndexEntry, buffer: bytearray | None = None)
             )
     for kind, record in entry.files.items():
         path = cache.entry_dir(key) / record.file
-        scan = scan_tensor_file(path, kind, buffer)
+        scan = scan_tensor_file(path, kind, buffer, cast_dtype)
         result.bytes_read += scan.bytes_read
         for code, detail in scan.problems:
-            report(code, f"{path.name} {detail}")
+            if code in WARNING_CODES:
+                message = f"{name}: {path.name} {detail}"
+                result.findings.append(Finding(Severity.WARNING, code, message, (key,), subject))
+            else:
+                report(code, f"{path.name} {detail}")
         if scan.checksum is None:
             continue  # missing: nothing more to compare
         if "file-size" not in {c for c, _ in scan.problems} and scan.bytes_read != record.bytes:
@@ -140,6 +154,7 @@ def scan_entries(
     index: dict[str, IndexEntry],
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    cast_dtype: str | CastLimits = "float16",
 ) -> dict[str, EntryScan]:
     """:func:`scan_entry` on every entry of ``index``, in ``workers`` threads.
 
@@ -153,6 +168,8 @@ def scan_entries(
         Reader threads (default: up to 4, at most the CPU count); each reuses one buffer.
     progress : callable, optional
         Called as ``progress(done, total)`` after each entry.
+    cast_dtype : str or CastLimits
+        The dtype training casts images to (see :func:`scan_tensor_file`).
 
     Returns
     -------
@@ -165,7 +182,7 @@ def scan_entries(
     def scan(key: str) -> EntryScan:
         if not hasattr(local, "buffer"):
             local.buffer = bytearray(CHUNK_BYTES)
-        return scan_entry(cache, index[key], local.buffer)
+        return scan_entry(cache, index[key], local.buffer, cast_dtype)
 
     keys = sorted(index)
     scans: dict[str, EntryScan] = {}

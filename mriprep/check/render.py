@@ -1,10 +1,10 @@
 """The check report as text for people: what ``mriprep check`` prints without ``--json``.
 
-:func:`render_report` gives a header (entries, splits, pipeline hashes, read speed, the
-near-duplicate search), a table of the splits, the findings grouped by severity and code
-(errors first, at most :data:`MAX_FINDINGS_PER_CODE` of each code, the rest counted),
-and the verdict. The report's full form for machines is
-:meth:`~mriprep.check.report.CheckReport.to_json`.
+:func:`render_report` gives a header (entries, splits, pipeline hashes, the training
+dtype the images' cast was checked for, read speed, the near-duplicate search), a table
+of the splits, the findings grouped by severity and code (errors first, at most
+:data:`MAX_FINDINGS_PER_CODE` of each code, the rest counted), and the verdict. The
+report's full form for machines is :meth:`~mriprep.check.report.CheckReport.to_json`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections import defaultdict
 
 from mriprep.check.report import CheckReport
 from mriprep.core.findings import Severity
+from mriprep.core.limits import CAST_LIMITS
 
 MAX_FINDINGS_PER_CODE = 20
 
@@ -25,6 +26,7 @@ def render_report(report: CheckReport) -> str:
     if report.pipeline_hashes:
         hashes = ", ".join(f"{h[:12]} ({n})" for h, n in sorted(report.pipeline_hashes.items()))
         lines.append(f"  pipeline hash(es): {hashes}")
+    lines.append(f"  cast check: {_cast_line(report.dtype)}")
     if report.bytes_read:
         lines.append(
             f"  read {report.bytes_read / 1e6:.1f} MB in {report.read_seconds:.2f} s "
@@ -57,6 +59,18 @@ def render_report(report: CheckReport) -> str:
     verdict = "FAILED" if n_err else "OK"
     lines += ["", f"{verdict}: {n_err} error(s), {n_warn} warning(s)"]
     return "\n".join(lines)
+
+
+def _cast_line(dtype: str) -> str:
+    cast = CAST_LIMITS.get(dtype)
+    if cast is None:
+        return dtype
+    if not cast.checked:
+        return f"{cast.name} (none: images train as cached)"
+    return (
+        f"{cast.name} (overflow beyond |x| > {cast.max:.5g}, underflow below "
+        f"{cast.tiny:.4g}, exact integers up to {cast.exact_int})"
+    )
 
 
 def _split_table(report: CheckReport) -> str:

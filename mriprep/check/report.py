@@ -58,6 +58,7 @@ class CheckReport(FindingsMixin):
     """Everything :func:`mriprep.check.check_cache` found; ``ok`` when no finding is an error."""
 
     cache: str
+    dtype: str = "float16"  # the training dtype the images' cast was checked for
     entries: int = 0
     findings: list[Finding] = field(default_factory=list)
     splits: dict[str, SplitCounts] = field(default_factory=dict)
@@ -78,6 +79,7 @@ class CheckReport(FindingsMixin):
     def to_json(self) -> dict[str, Any]:
         return {
             "cache": self.cache,
+            "dtype": self.dtype,
             "ok": self.ok,
             "entries": self.entries,
             "errors": len(self.errors),

@@ -2,14 +2,15 @@
 
 Each file is read once, in chunks of whole slices; every chunk feeds the XXH3-128
 checksum and, while it is still in the CPU cache, the analysis for the tensor's kind
-(image: finiteness, float16 range, fingerprint; valid mask: True count; label map:
-voxel count of each value).
+(image: finiteness, what the cast to the training dtype loses, fingerprint; valid mask:
+True count; label map: voxel count of each value).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +20,25 @@ import numpy as np
 import xxhash
 
 from mriprep.core.hashing import CHUNK_BYTES, digest_stream, file_checksum
-from mriprep.core.limits import FLOAT16_MAX
+from mriprep.core.limits import CastLimits, cast_limits
 
 FINGERPRINT_BLOCKS = 8
+
+# Share of an image's nonzero finite voxels below the training dtype's smallest normal
+# number (float16 6.1e-5, bfloat16 1.2e-38) from which the cast is said to lose the
+# image's contrast (``cast-underflow``, a warning). Measured shares, float16:
+#   good: the demo cohort through t1w_mni_rigid (11 z-scored entries) 0.001-0.002%, through
+#     conform_1mm (13 entries, 0-255) 0.000%; Colin27 (1 mm, brain, 0.5 mm) through
+#     t1w_mni_rigid 0.001-0.003%, through conform_1mm 0.000%; the real scans as read
+#     (Colin27 x3, INIA19 macaque) 0.000%, z-scored (whole image or brain) 0.000-0.006%.
+#   failures: z-scored images x1e-5 or x1e-6 99.99-100% (x1e-4: 12-81%); conform output
+#     x1e-5 44-58% (demo) / 0.000% (Colin27: no voxel below 2.4/255), x1e-6 60-68% (demo)
+#     / 0.055-25.8% (Colin27); the raw scans x1e-6 0.78-33%.
+#   bfloat16: 0.000% on all of them (x1e-6 keeps float32 values normal).
+# 0.1% is 17x the largest good share; the scaled images it passes keep nearly every voxel
+# normal (Colin27 0.5 mm conformed x1e-6: 0.055%, the darkest voxels only).
+CAST_UNDERFLOW_SHARE = 0.001
+
 
 @dataclass
 class TensorScan:
@@ -42,14 +59,46 @@ class TensorScan:
 
 
 class _ImageStats:
-    """Per-chunk analysis of an image: finiteness, range, and block sums for the
-    fingerprint, all on the chunk while it is still in the CPU cache."""
+    """Per-chunk analysis of an image: finiteness, what the cast to the training dtype
+    loses (overflow, underflow, rounded integers), and block sums for the fingerprint,
+    all on the chunk while it is still in the CPU cache.
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+    The cast checks cost one ``abs`` of the chunk (into a per-thread scratch buffer),
+    whose max replaces the chunk's min and max, and two counts over it: its nonzero
+    voxels and those below the dtype's smallest normal number. An image whose dtype
+    cannot hold a value the cast loses (uint8 for float16) is not examined for it.
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, cast: CastLimits):
+        self.cast = cast
         self.is_float = np.issubdtype(dtype, np.floating)
+        self.is_int = np.issubdtype(dtype, np.integer)
+        info = np.finfo(dtype) if self.is_float else np.iinfo(dtype) if self.is_int else None
+        self.overflow_check = (
+            cast.checked
+            and info is not None
+            and (float(info.max) > cast.max or float(info.min) < -cast.max)
+        )
+        self.underflow_check = (
+            cast.checked
+            and self.is_float
+            and dtype.itemsize in (2, 4, 8)
+            and float(info.smallest_subnormal) < cast.tiny
+        )
+        self.precision_check = (
+            cast.checked
+            and self.is_int
+            and (info.max > cast.exact_int or info.min < -cast.exact_int)
+        )
+        if self.underflow_check:
+            self.tiny = np.asarray(cast.tiny, dtype=dtype)  # exact: a power of two
+            self.bits = np.dtype(f"i{dtype.itemsize}")  # nonzero test on the bits of |x|
         self.nan = self.posinf = self.neginf = self.extreme = 0
         self.first_bad: tuple[int, ...] | None = None
         self.first_extreme: tuple[int, ...] | None = None
+        self.voxels = self.nonzero = self.below_tiny = 0  # below_tiny counts zeros too
+        self.largest = 0.0  # largest finite magnitude (with the underflow check)
+        self.int_range: tuple[int, int] | None = None
         blocks = FINGERPRINT_BLOCKS
         self.fingerprinting = len(shape) == 3 and min(shape) >= blocks
         if self.fingerprinting:
@@ -60,18 +109,41 @@ class _ImageStats:
             self.sum_dtype = np.float32 if dtype.itemsize <= 4 else np.float64
 
     def add(self, chunk: np.ndarray, first_row: int) -> None:
-        if self.is_float:
+        if self.underflow_check:
+            self._add_cast_float(chunk, first_row)
+        elif self.is_float:
             lo, hi = chunk.min(), chunk.max()
             if not (np.isfinite(lo) and np.isfinite(hi)):
                 self._count_non_finite(chunk, first_row)
-            elif hi > FLOAT16_MAX or lo < -FLOAT16_MAX:
+            elif self.overflow_check and (hi > self.cast.max or lo < -self.cast.max):
                 self._count_extreme(chunk, first_row)
+        elif self.overflow_check or self.precision_check:
+            lo, hi = int(chunk.min()), int(chunk.max())
+            if self.int_range is not None:
+                lo, hi = min(lo, self.int_range[0]), max(hi, self.int_range[1])
+            self.int_range = (lo, hi)
+            if self.overflow_check and max(hi, -lo) > self.cast.max:
+                self._count_extreme(chunk.astype(np.float64), first_row)
         if self.fingerprinting:
             # Summing whole rows first (contiguous vectors) is the cheap direction; the
             # strided reduction then runs on an array Y/8 times smaller.
             y_sums = np.add.reduceat(chunk, self.edges[1], axis=1, dtype=self.sum_dtype)
             yz_sums = np.add.reduceat(y_sums, self.edges[2], axis=2)
             self.slice_sums[first_row : first_row + chunk.shape[0]] = yz_sums
+
+    def _add_cast_float(self, chunk: np.ndarray, first_row: int) -> None:
+        magnitude, below = _scratch(chunk)
+        np.abs(chunk.reshape(-1), out=magnitude)
+        largest = magnitude.max()  # NaN when any voxel is NaN
+        if not np.isfinite(largest):
+            self._count_non_finite(chunk, first_row)
+        else:
+            self.largest = max(self.largest, float(largest))
+            if self.overflow_check and largest > self.cast.max:
+                self._count_extreme(chunk, first_row)
+        self.voxels += chunk.size
+        self.nonzero += int(np.count_nonzero(magnitude.view(self.bits)))  # -0.0 is 0 here
+        self.below_tiny += int(np.count_nonzero(np.less(magnitude, self.tiny, out=below)))
 
     def _count_non_finite(self, chunk: np.ndarray, first_row: int) -> None:
         nan, posinf, neginf = np.isnan(chunk), np.isposinf(chunk), np.isneginf(chunk)
@@ -82,11 +154,13 @@ class _ImageStats:
             where = np.argwhere(nan | posinf | neginf)[0]
             self.first_bad = (where[0] + first_row, *where[1:])
         finite = np.where(np.isfinite(chunk), chunk, 0)
-        if np.abs(finite).max() > FLOAT16_MAX:
+        largest = float(np.abs(finite).max())
+        self.largest = max(self.largest, largest)
+        if self.overflow_check and largest > self.cast.max:
             self._count_extreme(finite, first_row)
 
     def _count_extreme(self, chunk: np.ndarray, first_row: int) -> None:
-        beyond = np.abs(chunk) > FLOAT16_MAX
+        beyond = np.abs(chunk) > self.cast.max
         self.extreme += int(beyond.sum())
         if self.first_extreme is None:
             where = np.argwhere(beyond)[0]
@@ -94,6 +168,7 @@ class _ImageStats:
 
     def finish(self, scan: TensorScan) -> None:
         bad = self.nan + self.posinf + self.neginf
+        name = self.cast.name
         if bad:
             scan.problems.append(
                 (
@@ -109,18 +184,62 @@ class _ImageStats:
             scan.problems.append(
                 (
                     "extreme-values",
-                    f"holds {self.extreme} voxel(s) beyond the float16 range "
-                    f"(|x| > {FLOAT16_MAX:g}), first at voxel "
-                    f"{tuple(int(i) for i in self.first_extreme)}; mixed-precision "
-                    "training overflows to Inf on them. Rebuild the entry with a pipeline "
-                    "that sanitizes and normalizes intensities",
+                    f"holds {self.extreme} voxel(s) beyond the {name} range "
+                    f"(|x| > {self.cast.max:g}), first at voxel "
+                    f"{tuple(int(i) for i in self.first_extreme)}; the cast to {name} "
+                    "under mixed-precision training overflows them to Inf. Rebuild the "
+                    "entry with a pipeline that sanitizes and normalizes intensities (or, "
+                    "if training never casts to this dtype, check with the --dtype it uses)",
                 )
             )
+        if self.underflow_check:
+            finite_nonzero = self.nonzero - bad
+            underflow = self.below_tiny - (self.voxels - self.nonzero)
+            share = underflow / finite_nonzero if finite_nonzero else 0.0
+            if share > CAST_UNDERFLOW_SHARE:
+                scan.problems.append(
+                    (
+                        "cast-underflow",
+                        f"{share:.2%} of its nonzero voxels ({underflow} of {finite_nonzero}) "
+                        f"are smaller in magnitude than {self.cast.tiny:.4g}, the smallest "
+                        f"normal {name} (its largest |x| is {self.largest:.3g}): the cast "
+                        f"to {name} makes them subnormal or zero and the image loses its "
+                        "contrast. The intensities are scaled far too small: rebuild the "
+                        "entry with a pipeline that normalizes them (z-score or 0-1)",
+                    )
+                )
+        if self.int_range is not None and not self.extreme:
+            magnitude = max(self.int_range[1], -self.int_range[0])
+            if magnitude > self.cast.exact_int:
+                scan.problems.append(
+                    (
+                        "cast-precision",
+                        f"holds integer values up to {magnitude} (range {self.int_range[0]}"
+                        f"..{self.int_range[1]}), beyond {self.cast.exact_int}, the largest "
+                        f"integer {name} holds exactly: the cast to {name} rounds them. "
+                        "Cache the image as float32 normalized intensities, or rescale it",
+                    )
+                )
         if self.fingerprinting and not bad:
             x_sums = np.add.reduceat(self.slice_sums, self.edges[0], axis=0)
             sizes = [np.diff(np.append(e, n)) for e, n in zip(self.edges, scan.shape)]
             counts = sizes[0][:, None, None] * sizes[1][None, :, None] * sizes[2][None, None, :]
             scan.fingerprint = (x_sums / counts).astype(np.float32).ravel()
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two flat scratch arrays for ``chunk``, reused by the calling thread: one of its
+    dtype and size (for ``|chunk|``), one of bools (for a comparison)."""
+    need = chunk.nbytes + chunk.size
+    buffer = getattr(_SCRATCH, "buffer", None)
+    if buffer is None or len(buffer) < need:
+        buffer = _SCRATCH.buffer = bytearray(max(need, CHUNK_BYTES + CHUNK_BYTES // 4))
+    magnitude = np.frombuffer(buffer, dtype=chunk.dtype, count=chunk.size)
+    below = np.frombuffer(buffer, dtype=bool, count=chunk.size, offset=chunk.nbytes)
+    return magnitude, below
 
 
 class _NonzeroCount:
@@ -208,7 +327,10 @@ def _read_full(fh: BinaryIO, view: memoryview) -> int:
 
 
 def scan_tensor_file(
-    path: str | os.PathLike, kind: str, buffer: bytearray | None = None
+    path: str | os.PathLike,
+    kind: str,
+    buffer: bytearray | None = None,
+    cast_dtype: str | CastLimits = "float16",
 ) -> TensorScan:
     """Read one ``.npy`` tensor once: checksum its bytes and analyse its values.
 
@@ -216,9 +338,9 @@ def scan_tensor_file(
     as the training Dataset will open the file, so a file that cannot be memory-mapped
     safely is reported here. The data are then read in chunks of whole slices into one
     reusable ``buffer``: each chunk feeds the XXH3-128 checksum and, while it is still in
-    the CPU cache, the analysis for its ``kind`` (``"image"``: finiteness, float16 range,
-    fingerprint; ``"valid"``: count of True voxels; ``"label"``: voxel count of each
-    value). No full copy of the tensor is ever made.
+    the CPU cache, the analysis for its ``kind`` (``"image"``: finiteness, the cast to
+    ``cast_dtype``, fingerprint; ``"valid"``: count of True voxels; ``"label"``: voxel
+    count of each value). No full copy of the tensor is ever made.
 
     Parameters
     ----------
@@ -228,6 +350,12 @@ def scan_tensor_file(
         Which analysis to run on the values.
     buffer : bytearray, optional
         Scratch space of about 4 MiB, reused across calls by one thread.
+    cast_dtype : str or CastLimits
+        The dtype training casts images to (``"float16"``, ``"bfloat16"``, ``"float32"``
+        or another name :func:`~mriprep.core.limits.cast_limits` takes): an image value
+        that overflows in it is ``extreme-values``, a large share of nonzero values below
+        its smallest normal number ``cast-underflow``, integers it cannot hold exactly
+        ``cast-precision``. float32: no cast check.
 
     Returns
     -------
@@ -235,6 +363,7 @@ def scan_tensor_file(
         Bytes read, checksum, dtype, shape, problems found and the analysis results.
     """
     path = Path(path)
+    cast = cast_limits(cast_dtype)
     scan = TensorScan()
     if not path.is_file():
         scan.problems.append(("file-missing", f"is missing ({path})"))
@@ -255,7 +384,7 @@ def scan_tensor_file(
         scan.problems.append(
             ("tensor-layout", "is stored in Fortran order; the cache writes C order only")
         )
-    analysis = None if fortran else _analysis_for(kind, shape, dtype)
+    analysis = None if fortran else _analysis_for(kind, shape, dtype, cast)
     row_elems = math.prod(shape[1:])
     row_bytes = max(1, row_elems * dtype.itemsize)
     rows_total = (shape[0] if shape else 1) if row_elems else 0  # an empty array has no data
@@ -297,9 +426,9 @@ def scan_tensor_file(
     return scan
 
 
-def _analysis_for(kind: str, shape: tuple[int, ...], dtype: np.dtype):
+def _analysis_for(kind: str, shape: tuple[int, ...], dtype: np.dtype, cast: CastLimits):
     if kind == "image":
-        return _ImageStats(shape, dtype)
+        return _ImageStats(shape, dtype, cast)
     if kind == "valid":
         return _NonzeroCount()
     if kind == "label":

@@ -15,6 +15,7 @@ from mriprep.check import check_cache
 from mriprep.check.manifest import read_exclusions
 from mriprep.check.render import render_report
 from mriprep.core.exit_codes import ExitCode
+from mriprep.core.limits import CAST_LIMITS
 from mriprep.core.progress import ProgressBar
 from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 
@@ -91,6 +92,15 @@ def add_parser(subparsers) -> None:
         help=f"fingerprint correlation from which two subjects' images are reported as "
         f"near-duplicates (default {NEAR_DUPLICATE_THRESHOLD})",
     )
+    p.add_argument(
+        "--dtype",
+        choices=list(CAST_LIMITS),
+        default="float16",
+        help="the dtype training casts images to under mixed precision (AMP): an image "
+        "value that overflows to Inf in it is an error, an image scaled so small that its "
+        "values fall below the dtype's smallest normal number a warning; float32 checks "
+        "no cast (default float16, the AMP dtype of a T4, which has no bfloat16)",
+    )
     p.add_argument("--workers", type=int, default=None, metavar="N", help="reader threads")
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     p.set_defaults(func=run)
@@ -112,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
             near_duplicate_threshold=args.near_threshold,
             workers=args.workers,
             progress=bar.update_to,
+            dtype=args.dtype,
         )
     finally:
         bar.close()

@@ -12,8 +12,11 @@ finite by construction).
 Items are dicts: ``image`` float32 ``[C, X, Y, Z]`` (``[1, px, py, pz]`` in patch mode,
 ``[2k+1, H, W]`` in slice mode), ``valid`` bool with the spatial shape, ``label`` int64
 with the spatial shape and no channel (what ``torch.nn.functional.cross_entropy`` takes)
-when the cache has label maps, ``subject_id``, and ``affine`` (volume mode), ``location``
-(patch start voxel, patch mode) or ``slice_index`` (slice mode).
+when the cache has label maps, ``subject_id``, ``session_id``, the ``affine`` of the
+item's own voxels, and ``location`` (patch start voxel, patch mode) or ``slice_index``
+(slice mode). ``channel_first=True`` gives ``valid`` and ``label`` a channel axis and
+``meta_tensor=True`` makes MONAI MetaTensors of them; :mod:`~mriprep.training.interop`
+has those and the TorchIO side (:func:`to_torchio_subject`, :func:`torchio_subjects`).
 
 How the loader reads, and why
 -----------------------------
@@ -68,6 +71,7 @@ from mriprep.training.guards import (
     NonFiniteLocator,
     clamp_gradients,
 )
+from mriprep.training.interop import to_torchio_subject, torchio_subjects
 from mriprep.training.loader import (
     BACKENDS,
     DEFAULT_BATCH_SIZE,
@@ -85,5 +89,5 @@ __all__ = [
     "CrossEntropyLoss", "DiceLoss", "EpochSampler", "GradientClipper", "MRIDataLoader",
     "MRIDataset", "NaNGuard", "NonFiniteError", "NonFiniteLocator", "SampleKey",
     "clamp_gradients", "collate", "default_num_workers", "draw_seed", "make_dataloader",
-    "to_device",
+    "to_device", "to_torchio_subject", "torchio_subjects",
 ]

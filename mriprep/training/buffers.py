@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data._utils.collate import default_collate
 
+from mriprep.training.interop import holds_meta_tensors
+
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.bool: np.bool_, torch.int64: np.int64}
 
 Allocator = Callable[[tuple, torch.dtype], torch.Tensor]
@@ -93,7 +95,12 @@ class PreCollated(list):
 
 
 def collate(items: list[dict]) -> dict[str, Any]:
-    """Collate items: free for batches read by :meth:`MRIDataset.load_items`."""
+    """Collate items: free for batches read by :meth:`MRIDataset.load_items`; MONAI's
+    collate for MetaTensor items (torch's would keep one item's affine for the batch)."""
     if isinstance(items, PreCollated):
         return items.batch
+    if items and isinstance(items[0], dict) and holds_meta_tensors(items[0]):
+        from monai.data import list_data_collate
+
+        return list_data_collate(items)
     return default_collate(items)

@@ -28,8 +28,16 @@ from mriprep.training.buffers import (
     shared_tensor,
 )
 from mriprep.training.entries import check_files, resolve_labels, split_entries
+from mriprep.training.interop import (
+    as_meta_item,
+    patch_affine,
+    require_monai,
+    slice_affine,
+    torchio_subjects,
+)
 from mriprep.training.options import (
     MODES,
+    as_channel_first,
     as_fraction,
     as_patch_size,
     as_positive_int,
@@ -82,6 +90,17 @@ class MRIDataset(Dataset):
         of view). Masked slices are never yielded as the centre slice.
     labels : bool, optional
         Return ``label``. Default: when every entry of the split has a label map.
+    channel_first : bool, optional
+        Give ``valid`` and ``label`` a channel axis of 1, as ``image`` has (``[1, X, Y,
+        Z]``): the layout MONAI's dictionary transforms and ``DiceLoss(to_onehot_y=True)``
+        expect. Default: False (``[X, Y, Z]``, what ``cross_entropy`` takes), or True
+        with ``meta_tensor``.
+    meta_tensor : bool, optional
+        Return ``image``, ``valid`` and ``label`` as MONAI ``MetaTensor`` s carrying the
+        item's affine and its subject and session ids, so that ``Orientationd``,
+        ``Spacingd`` and ``SaveImaged`` read the real geometry. Needs ``monai``
+        installed, and channel-first; batches are collated by MONAI's
+        ``list_data_collate`` (one copy per batch, which the plain tensors avoid).
     transform : callable, optional
         Applied to each item dict; returns a dict. Use ``make_dataloader(backend=
         "processes")`` (what ``"auto"`` picks) when it is CPU-heavy.
@@ -112,6 +131,8 @@ class MRIDataset(Dataset):
         context: int | None = None,
         min_valid_fraction: float | None = None,
         labels: bool | None = None,
+        channel_first: bool | None = None,
+        meta_tensor: bool = False,
         transform: Callable[[dict], dict] | None = None,
         seed: int = 0,
     ):
@@ -128,6 +149,8 @@ class MRIDataset(Dataset):
         )
         if transform is not None and not callable(transform):
             raise ValueError(f"MRIDataset: transform must be callable, got {transform!r}")
+        self.meta_tensor = bool(meta_tensor)
+        self.channel_first = as_channel_first(channel_first, self.meta_tensor)
         self.cache = Cache(cache_dir)
         self.split = split
         self.mode = mode
@@ -137,6 +160,8 @@ class MRIDataset(Dataset):
         self.pipeline_hash = self.entries[0].pipeline_hash
         self.labels = resolve_labels(self.cache, split, self.entries, labels)
         check_files(self.cache, self.entries, self.labels)
+        if self.meta_tensor:
+            require_monai()
         self.shapes = [tuple(int(s) for s in e.shape) for e in self.entries]
         self.affines = [e.affine for e in self.entries]
 
@@ -214,6 +239,18 @@ class MRIDataset(Dataset):
             f"{len(self.entries)} entries, {len(self)} items)"
         )
 
+    def to_torchio(self, transform=None):
+        """This split as a ``torchio.SubjectsDataset``, what ``torchio.Queue`` takes
+        (see :func:`~mriprep.training.interop.torchio_subjects`)."""
+        return torchio_subjects(self, transform)
+
+    def dry_iter(self):
+        # TorchIO's Queue calls this on what it thinks is a SubjectsDataset.
+        raise TypeError(
+            "torchio.Queue needs a torchio.SubjectsDataset, not an MRIDataset: pass "
+            "dataset.to_torchio() (mriprep.training.torchio_subjects) instead"
+        )
+
     @property
     def subject_ids(self) -> list[str]:
         return [e.subject_id for e in self.entries]
@@ -269,22 +306,29 @@ class MRIDataset(Dataset):
         shape = spatial.pop()
         b = len(keys)
         channels = 2 * self.context + 1 if self.mode == "slice" else 1
+        mask_shape = (b, 1, *shape) if self.channel_first else (b, *shape)
         image = allocate((b, channels, *shape), torch.float32)
-        valid = allocate((b, *shape), torch.bool)
-        label = allocate((b, *shape), torch.int64) if self.labels else None
-        out = {"image": image.numpy(), "valid": valid.numpy()}
+        valid = allocate(mask_shape, torch.bool)
+        label = allocate(mask_shape, torch.int64) if self.labels else None
+        # Every field as [B, C, ...] numpy views, so that the readers copy into [j, c].
+        out = {"image": image.numpy(), "valid": valid.numpy().reshape(b, 1, *shape)}
         if label is not None:
-            out["label"] = label.numpy()
+            out["label"] = label.numpy().reshape(b, 1, *shape)
         read_one = {"volume": self._read_volume, "patch": self._read_patch,
                     "slice": self._read_slice}[self.mode]
         extras = [read_one(k.index, k.draw_seed, out, j) for j, k in enumerate(keys)]
         batch = {"image": image, "valid": valid}
         if label is not None:
             batch["label"] = label
-        batch["subject_id"] = [x.pop("subject_id") for x in extras]
+        for name in ("subject_id", "session_id"):
+            batch[name] = [x.pop(name) for x in extras]
         for name in extras[0]:
             batch[name] = torch.stack([torch.as_tensor(x[name]) for x in extras])
-        return PreCollated.of(batch)
+        items = PreCollated.of(batch)
+        if self.meta_tensor:
+            # A plain list: collate() hands MetaTensor items to MONAI's collate.
+            return [as_meta_item(item) for item in items]
+        return items
 
     def _map(self, entry: int, name: str) -> np.ndarray:
         """One tensor of an entry, memory-mapped read-only (never unpickled)."""
@@ -300,12 +344,15 @@ class MRIDataset(Dataset):
 
     def _copy_region(self, entry: int, region: tuple, out: dict, j: int) -> None:
         for name, dst in out.items():
-            src = self._map(entry, name)[region]
-            np.copyto(dst[j, 0] if name == "image" else dst[j], src, casting="same_kind")
+            np.copyto(dst[j, 0], self._map(entry, name)[region], casting="same_kind")
+
+    def _identity(self, entry: int) -> dict:
+        ref = self.entries[entry]
+        return {"subject_id": ref.subject_id, "session_id": ref.session_id}
 
     def _read_volume(self, entry: int, seed: int, out: dict, j: int) -> dict:
         self._copy_region(entry, (), out, j)
-        return {"subject_id": self.entries[entry].subject_id, "affine": self.affines[entry]}
+        return {**self._identity(entry), "affine": self.affines[entry]}
 
     def _read_patch(self, index: int, seed: int, out: dict, j: int) -> dict:
         entry, sample = divmod(index, self.samples_per_volume)
@@ -315,8 +362,8 @@ class MRIDataset(Dataset):
         start = centre - np.asarray(self.patch_size) // 2
         region = tuple(slice(int(s), int(s) + p) for s, p in zip(start, self.patch_size))
         self._copy_region(entry, region, out, j)
-        return {"subject_id": self.entries[entry].subject_id,
-                "location": np.asarray(start, dtype=np.int64)}
+        return {**self._identity(entry), "location": np.asarray(start, dtype=np.int64),
+                "affine": patch_affine(self.affines[entry], start)}
 
     def _read_slice(self, index: int, seed: int, out: dict, j: int) -> dict:
         entry, k = (int(v) for v in self.slices[index])
@@ -328,8 +375,10 @@ class MRIDataset(Dataset):
             np.copyto(out["image"][j, c], image[lead + (neighbour,)], casting="same_kind")
         for name in ("valid", "label"):
             if name in out:
-                np.copyto(out[name][j], self._map(entry, name)[lead + (k,)], casting="same_kind")
-        return {"subject_id": self.entries[entry].subject_id, "slice_index": k}
+                np.copyto(out[name][j, 0], self._map(entry, name)[lead + (k,)],
+                          casting="same_kind")
+        return {**self._identity(entry), "slice_index": k,
+                "affine": slice_affine(self.affines[entry], self.axis, k)}
 
     # -- patch centres ---------------------------------------------------------------
 

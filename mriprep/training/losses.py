@@ -29,7 +29,8 @@ from torch import nn
 def _target_and_mask(logits: torch.Tensor, target: torch.Tensor,
                      valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``target`` as ``[B, ...]`` int64 and ``valid`` as ``[B, ...]`` bool, checked
-    against the logits' ``[B, C, ...]`` (a ``[B, 1, ...]`` target is accepted)."""
+    against the logits' ``[B, C, ...]`` (a ``[B, 1, ...]`` target is accepted, and a
+    float one holding whole numbers, as MONAI's transforms return labels)."""
     if target.dim() == logits.dim() and target.shape[1] == 1:
         target = target[:, 0]
     if target.shape != logits.shape[:1] + logits.shape[2:]:
@@ -37,7 +38,14 @@ def _target_and_mask(logits: torch.Tensor, target: torch.Tensor,
             f"target shape {tuple(target.shape)} does not match logits {tuple(logits.shape)}: "
             "give logits [B, C, ...] and an integer target [B, ...] or [B, 1, ...]")
     if target.is_floating_point():
-        raise ValueError(f"target must hold integer labels, got {target.dtype}")
+        # MONAI's spatial transforms hand labels back as floats; nearest interpolation
+        # keeps them whole numbers, any other would blend labels into meaningless ones.
+        fractional = ~torch.isfinite(target) | (target != target.round())
+        if fractional.any():
+            value = float(target[fractional].flatten()[0])
+            raise ValueError(
+                f"target holds non-integer label values (e.g. {value}): a label map must "
+                "be resampled with nearest-neighbour interpolation (MONAI: mode='nearest')")
     if valid is not None:
         if valid.dim() == logits.dim() and valid.shape[1] == 1:
             valid = valid[:, 0]

@@ -45,3 +45,16 @@ def as_fraction(name: str, value) -> float:
     if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ValueError(f"MRIDataset: {name} must be between 0 and 1, got {value!r}")
     return float(value)
+
+
+def as_channel_first(value, meta_tensor: bool) -> bool:
+    if value is None:
+        return meta_tensor
+    if not isinstance(value, bool):
+        raise ValueError(f"MRIDataset: channel_first must be True or False, got {value!r}")
+    if meta_tensor and not value:
+        raise ValueError(
+            "MRIDataset: meta_tensor=True needs channel_first=True (MONAI's spatial "
+            "transforms read every MetaTensor as [C, ...]); drop channel_first=False"
+        )
+    return value

@@ -541,6 +541,108 @@ def test_scan_reports_fortran_order_and_counts_labels(tmp_path, anatomy):
     assert [c for c, _ in scan_tensor_file(path, "label").problems] == ["tensor-layout"]
 
 
+# -- the cast to the training dtype (--dtype) ----------------------------------------
+
+CAST_CODES = {"extreme-values", "cast-underflow", "cast-precision"}
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+def with_image(tmp_path, anatomy, image) -> tuple[Cache, str]:
+    """A sound cache of two entries, one of which (sub-42) holds ``image``; written by the
+    cache API (checksums and sidecars right): only the values can be wrong. Two entries:
+    no near-duplicate search, whose fingerprints one extreme voxel would dominate."""
+    cache = Cache(tmp_path / "cast", create=True)
+    write_subject(cache, anatomy, "sub-41", "", "val", subject_image(anatomy, 41))
+    return cache, write_subject(cache, anatomy, "sub-42", "", "train", image)
+
+
+def test_clean_cache_has_no_cast_finding_under_any_dtype(pristine):
+    root, _ = pristine
+    for dtype in DTYPES:
+        report = chk.check_cache(root, dtype=dtype)
+        assert report.findings == [] and report.dtype == dtype
+
+
+def test_float16_overflow_is_an_error_only_when_training_casts_to_float16(tmp_path, anatomy):
+    image = subject_image(anatomy, 42)
+    image[1, 2, 3] = 1e5  # beyond 65504, far inside bfloat16 and float32
+    cache, key = with_image(tmp_path, anatomy, image)
+    report = chk.check_cache(cache.root, dtype="float16")
+    [extreme] = report.findings
+    assert extreme.code == "extreme-values" and extreme.keys == (key,)
+    assert extreme.subjects == ("sub-42",)
+    for words in ("sub-42", "1 voxel", "float16", "65504", "(1, 2, 3)", "Rebuild"):
+        assert words in extreme.message
+    # the same limit under every name a numpy or torch user would give the dtype
+    assert [f.code for f in chk.check_cache(cache.root, dtype=np.float16).findings] == [
+        "extreme-values"
+    ]
+    for dtype in ("bfloat16", "torch.bfloat16", "float32"):
+        report = chk.check_cache(cache.root, dtype=dtype)
+        assert report.ok and report.findings == [], dtype
+
+
+def test_bfloat16_overflow_of_a_float32_value(tmp_path, anatomy):
+    """3.40e38 is a float32 (max 3.4028e38) beyond bfloat16's max (3.3895e38)."""
+    image = subject_image(anatomy, 42)
+    image[4, 5, 6] = np.float32(3.40e38)
+    image[7, 8, 9] = np.float32(-3.38e38)  # inside bfloat16's range
+    assert np.isfinite(image).all()
+    cache, key = with_image(tmp_path, anatomy, image)
+    report = chk.check_cache(cache.root, dtype="bfloat16")
+    [extreme] = [f for f in report.findings if f.code in CAST_CODES]
+    assert extreme.code == "extreme-values" and extreme.keys == (key,)
+    assert "1 voxel" in extreme.message and "(4, 5, 6)" in extreme.message
+    assert "bfloat16" in extreme.message and "3.38953e+38" in extreme.message
+    float16 = chk.check_cache(cache.root, dtype="float16")
+    assert "2 voxel" in findings_of(float16, "extreme-values")[0].message
+    assert not findings_of(chk.check_cache(cache.root, dtype="float32"), "extreme-values")
+
+
+def test_image_scaled_too_small_underflows_float16_not_bfloat16(tmp_path, anatomy):
+    image = subject_image(anatomy, 42) * np.float32(1e-6)  # z-scores of 1e-6: |x| < 6.1e-5
+    cache, key = with_image(tmp_path, anatomy, image)
+    report = chk.check_cache(cache.root, dtype="float16")
+    assert report.ok  # a warning: training runs, but on an image without contrast
+    [underflow] = [f for f in report.findings if f.code in CAST_CODES]
+    assert underflow.code == "cast-underflow" and underflow.keys == (key,)
+    assert underflow.severity == "warning" and "sub-42" in underflow.message
+    assert "6.104e-05" in underflow.message and "float16" in underflow.message
+    share = float(underflow.message.split("image.npy ")[1].split("%")[0]) / 100
+    expected = np.mean(np.abs(image) < 2.0**-14)
+    assert share == pytest.approx(expected, abs=1e-3) and share > 0.99
+    assert not [f for f in chk.check_cache(cache.root, dtype="bfloat16").findings
+                if f.code in CAST_CODES]
+
+
+def test_scan_of_integer_and_small_images_per_dtype(tmp_path):
+    """uint8 is exact in float16 and bfloat16; larger integers are rounded or overflow."""
+    def codes(array, dtype):
+        path = tmp_path / "image.npy"
+        np.save(path, array)
+        return [c for c, _ in scan_tensor_file(path, "image", cast_dtype=dtype).problems]
+
+    ramp = np.arange(16 * 16 * 16).reshape(16, 16, 16)
+    conformed = (ramp % 256).astype(np.uint8)
+    assert [codes(conformed, d) for d in DTYPES] == [[], [], []]
+    wide = (ramp % 1000).astype(np.int16)  # exact in float16 (2048), not in bfloat16 (256)
+    assert [codes(wide, d) for d in DTYPES] == [[], ["cast-precision"], []]
+    counts = ramp.astype(np.uint16) * 16  # up to 65520: overflows float16
+    assert [codes(counts, d) for d in DTYPES] == [["extreme-values"], ["cast-precision"], []]
+    # a few voxels below float16's smallest normal (z-scores near 0) are no finding
+    z = np.random.default_rng(0).standard_normal((16, 16, 16)).astype(np.float32)
+    z.flat[:3] = [1e-6, -2e-5, 0.0]
+    assert codes(z, "float16") == []
+    z.flat[:10] = 1e-6  # 10 of 4096 nonzero voxels: 0.24%
+    assert codes(z, "float16") == ["cast-underflow"]
+
+
+def test_unknown_dtype_is_a_value_error(pristine):
+    root, _ = pristine
+    with pytest.raises(ValueError, match="'float64'.*float16, bfloat16, float32"):
+        chk.check_cache(root, dtype="float64")
+
+
 # -- command line ----------------------------------------------------------------------
 
 
@@ -563,6 +665,26 @@ def test_cli_usage_errors_exit_2_without_traceback(tmp_path, capsys):
         cli_main(["check", str(tmp_path), "--labels", "a,b"])
     assert exc.value.code == 2
     assert "not a list of integers" in capsys.readouterr().err
+
+
+def test_cli_dtype_option(tmp_path, anatomy, capsys):
+    image = subject_image(anatomy, 42)
+    image[1, 2, 3] = -1e5
+    cache, key = with_image(tmp_path, anatomy, image)
+    capsys.readouterr()
+    assert cli_main(["check", str(cache.root)]) == 1  # float16 by default
+    out = capsys.readouterr().out
+    assert "cast check: float16" in out and "extreme-values" in out and "sub-42" in out
+    status, doc = cli_check(cache.root, capsys, "--dtype", "bfloat16")
+    assert status == 0 and doc["dtype"] == "bfloat16" and doc["findings"] == []
+    status, doc = cli_check(cache.root, capsys, "--dtype", "float16")
+    assert status == 1 and doc["dtype"] == "float16"
+    assert [(f["code"], f["keys"]) for f in doc["findings"]] == [("extreme-values", [key])]
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["check", str(cache.root), "--dtype", "float64"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "float64" in err and "bfloat16" in err and "Traceback" not in err
 
 
 def test_cli_manifest_option_reads_a_real_manifest(cache_copy, tmp_path, capsys):
@@ -768,6 +890,14 @@ def test_demo_nan_written_into_a_tensor(demo_clean, capsys):
     [nan] = [f for f in doc["findings"] if f["code"] == "non-finite"]
     assert nan["keys"] == [key] and nan["subjects"] == ["sub-07"]
     assert "1 NaN" in nan["message"] and "(98, 116, 94)" in nan["message"]
+
+
+@pytest.mark.slow
+def test_demo_cache_survives_the_cast_to_every_dtype(demo_cache):
+    """The default pipeline's z-scored images: none overflows or underflows a cast."""
+    for dtype in ("float16", "bfloat16"):
+        report = chk.check_cache(demo_cache.path, dtype=dtype)
+        assert not [f for f in report.findings if f.code in CAST_CODES], dtype
 
 
 @pytest.mark.slow

@@ -56,10 +56,12 @@ def build_template_cache(
     labels: bool = True,
     step: int = STEP,
     first: int = 0,
+    session: str = "",
 ) -> Path:
     """A cache of template-derived subjects, ``n`` per split, written with the cache API.
 
-    Subjects are numbered from ``first`` (``sub-00``, ``sub-01``, ...) across the splits.
+    Subjects are numbered from ``first`` (``sub-00``, ``sub-01``, ...) across the splits,
+    each with session ``session``.
     """
     cache = Cache(root, create=True)
     entries = []
@@ -70,7 +72,7 @@ def build_template_cache(
             sid = f"sub-{number:02d}"
             meta = {
                 "subject_id": sid,
-                "session_id": "",
+                "session_id": session,
                 "pipeline_name": "test",
                 "pipeline_hash": pipeline_hash,
                 "inputs": {"t1w": {"path": f"{sid}.nii.gz", "sha256": f"{number:064x}"}},
@@ -81,7 +83,7 @@ def build_template_cache(
             }
             names = ("image", "valid", "label") if labels else ("image", "valid")
             tensors = {k: subject[k] for k in names}
-            key = entry_key(sid, "", {"t1w": f"{number:064x}"}, pipeline_hash)
+            key = entry_key(sid, session, {"t1w": f"{number:064x}"}, pipeline_hash)
             entries.append(cache.write_entry(key, tensors, meta).with_split(split))
             number += 1
     cache.update_index(entries)
