@@ -33,7 +33,7 @@ def _bench(name: str):
 
 
 SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
-            "loader", "guards", "training", "check")
+            "loader", "storage", "guards", "training", "check")
 
 
 def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
@@ -49,6 +49,7 @@ def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
         "report": lambda: _bench("bench_report").main(
             [str(cohort), "--work-dir", str(work / "report"), "--rounds", "2"]),
         "loader": lambda: _bench("bench_loader").main([]),
+        "storage": lambda: _bench("bench_storage").main(["--cohort", str(cohort)]),
         "guards": lambda: _bench("bench_guards").main([]),
         "training": lambda: _training_section(work),
         "check": lambda: _check_section(work),

@@ -21,6 +21,7 @@ from typing import Iterable
 import numpy as np
 
 from mriprep.cache import Cache, IndexEntry, entry_key
+from mriprep.cache.formats import is_compressed, read_tensor, write_compressed
 from mriprep.core.hashing import checksum_file
 
 COPIED_SUFFIXES = {".json", ".csv"}  # small files that tests rewrite: real copies
@@ -63,13 +64,35 @@ def replace_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def read_array(path: Path) -> np.ndarray:
+    """A tensor file's values as a writable array (``.npy`` or ``.b2nd``)."""
+    return np.array(read_tensor(path, mmap=False))
+
+
 def replace_array(path: Path, array: np.ndarray) -> None:
-    """Save ``array`` as the ``.npy`` file ``path`` through a new file, bypassing the cache
-    (as a stray script would: the checksums in the sidecar and index are left stale)."""
+    """Save ``array`` in the format of the tensor file ``path`` (``.npy``, or LZ4 for a
+    ``.b2nd``) through a new file, bypassing the cache (as a stray script would: the
+    checksums in the sidecar and index are left stale)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "wb") as fh:
-        np.save(fh, array, allow_pickle=False)
+        if is_compressed(path):
+            write_compressed(fh, tmp, np.ascontiguousarray(array), "lz4")
+        else:
+            np.save(fh, array, allow_pickle=False)
     os.replace(tmp, path)
+
+
+def rerecord(cache: Cache, key: str, name: str) -> None:
+    """Record tensor ``name`` of entry ``key`` as it is now (size and checksum, in the
+    sidecar and the index), as a forger or a careless re-indexing script would: what is
+    left to catch a changed value is reading the values."""
+    path = cache.tensor_path(key, name)
+    record = {"bytes": path.stat().st_size, "xxh3_128": checksum_file(path)}
+    for doc_path, files_of in ((cache.entry_dir(key) / "meta.json", lambda d: d["files"]),
+                               (cache.index_path, lambda d: d["entries"][key]["files"])):
+        doc = json.loads(doc_path.read_text())
+        files_of(doc)[name].update(record)
+        doc_path.write_text(json.dumps(doc, indent=1))
 
 
 def relabel_entry(cache: Cache, key: str, subject_id: str, session_id: str, split: str) -> str:

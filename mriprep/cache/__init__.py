@@ -12,6 +12,7 @@ Layout of a cache folder::
       entries/<key>/transform.tfm registration transform, ITK format (registered entries)
       entries/.tmp/               entries being written (never read)
       reports/latest.json|csv     the last run's per-subject report (+ timestamped copies)
+      quarantine/<key>/           damaged entries moved aside by mriprep.maintenance.repair
 
 Identity. ``<key>`` is the SHA-256 of the subject and session ids, the SHA-256 of every
 input file's bytes and the pipeline hash (:func:`entry_key`). Changing an input byte or a
@@ -43,6 +44,7 @@ from mriprep.cache.store import (
     FORMAT_NAME,
     FORMAT_VERSION,
     QC_DIR,
+    QUARANTINE_DIR,
     REPORTS_DIR,
     REQUIRED_META,
     TENSOR_NAMES,
@@ -51,7 +53,8 @@ from mriprep.cache.store import (
 )
 
 __all__ = [
-    "FORMAT_NAME", "FORMAT_VERSION", "QC_DIR", "REPORTS_DIR", "REQUIRED_META", "TENSOR_NAMES", "Cache",
+    "FORMAT_NAME", "FORMAT_VERSION", "QC_DIR", "QUARANTINE_DIR", "REPORTS_DIR", "REQUIRED_META",
+    "TENSOR_NAMES", "Cache",
     "FileRecord", "IndexEntry", "MalformedEntry", "drop_written_pages", "entry_key",
     "file_record", "npy_checksum", "npy_header",
 ]

@@ -132,6 +132,24 @@ class IndexEntry:
         return self._doc.get("output_dtype")
 
     @property
+    def storage(self) -> str:
+        """How the entry stores its tensors, for people: the image's dtype and each
+        tensor's compression (``float16 lz4``; ``uint8, valid+label lz4``; ``float32``)."""
+        files = self._doc.get("files", {})
+        image = files.get("image", {})
+        how = {n: (r.get("compression") or "none") for n, r in files.items()
+               if isinstance(r, dict)}
+        text = str(image.get("dtype", "?"))
+        if len(set(how.values())) == 1:
+            only = next(iter(how.values()), "none")
+            return text if only == "none" else f"{text} {only}"
+        parts = {}
+        for name, choice in how.items():
+            if choice != "none":
+                parts.setdefault(choice, []).append(name)
+        return text + ", " + ", ".join(f"{'+'.join(n)} {c}" for c, n in parts.items())
+
+    @property
     def shape(self) -> tuple[int, ...] | None:
         """The output grid's shape as recorded."""
         return _tuple_or_none(self._doc.get("shape"))

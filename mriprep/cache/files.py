@@ -51,16 +51,17 @@ def file_record(path: Path, array: np.ndarray | None = None) -> dict[str, Any]:
     """How the sidecar lists one file of an entry: name, size, checksum (and for a
     tensor, its dtype and shape).
 
-    A tensor just saved from ``array`` is hashed from memory rather than read back, when
+    A ``.npy`` just saved from ``array`` is hashed from memory rather than read back, when
     the file starts with the header this module expects and has the expected size; any
-    other file (a NumPy that lays out its header differently) is read and hashed.
+    other file (a compressed tensor, a NumPy that lays out its header differently) is
+    read and hashed.
     """
     record: dict[str, Any] = {"file": path.name}
     size = path.stat().st_size
     checksum = None
     if array is not None:
         record.update(dtype=str(array.dtype), shape=list(array.shape))
-        if array.flags.c_contiguous:
+        if array.flags.c_contiguous and path.suffix == ".npy":
             header = npy_header(array)
             with open(path, "rb") as fh:
                 written = fh.read(len(header))

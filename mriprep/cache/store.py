@@ -4,6 +4,7 @@ the index under a lock (see the package docstring for the layout and the guarant
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -17,6 +18,14 @@ import numpy as np
 
 from mriprep.cache.entry import IndexEntry
 from mriprep.cache.files import drop_written_pages, file_record
+from mriprep.cache.formats import (
+    COMPRESSED_SUFFIX,
+    NPY_SUFFIX,
+    open_tensor,
+    read_tensor,
+    tensor_file_name,
+    write_compressed,
+)
 from mriprep.core.atomic import fsync_dir, move_folder_into_place, sweep_stale, write_text
 from mriprep.core.errors import CacheError
 from mriprep.core.hashing import checksum_file
@@ -27,6 +36,7 @@ FORMAT_VERSION = 1
 TENSOR_NAMES = ("image", "valid", "label")
 REPORTS_DIR = "reports"  # run reports (mriprep.run.reports writes them)
 QC_DIR = "qc"  # QC pictures, metrics and the HTML report (mriprep.qc writes them)
+QUARANTINE_DIR = "quarantine"  # damaged entries (mriprep.maintenance.repair moves them)
 REQUIRED_META = (
     "subject_id",
     "session_id",
@@ -122,17 +132,31 @@ class Cache:
         return _read_json(path)
 
     def tensor_path(self, key: str, name: str) -> Path:
-        return self.entry_dir(key) / f"{name}.npy"
+        """The file of tensor ``name`` of an entry: ``<name>.b2nd`` when the entry stores
+        it compressed, else ``<name>.npy`` (which need not exist)."""
+        compressed = self.entry_dir(key) / f"{name}{COMPRESSED_SUFFIX}"
+        return compressed if compressed.is_file() else self.entry_dir(key) / f"{name}{NPY_SUFFIX}"
 
     def load_tensor(self, key: str, name: str, mmap: bool = True) -> np.ndarray:
-        """A tensor of an entry, memory-mapped read-only by default (never unpickled)."""
+        """A tensor of an entry as a NumPy array, never unpickled: a ``.npy`` memory-mapped
+        read-only by default, a compressed one decoded whole (:meth:`open_tensor` decodes
+        only the region sliced)."""
+        return read_tensor(self._existing_tensor(key, name), mmap=mmap)
+
+    def open_tensor(self, key: str, name: str) -> Any:
+        """A tensor of an entry as an array-like that reads only what is sliced from it
+        (:func:`mriprep.cache.formats.open_tensor`): what the Dataset reads patches and
+        slices from."""
+        return open_tensor(self._existing_tensor(key, name))
+
+    def _existing_tensor(self, key: str, name: str) -> Path:
         path = self.tensor_path(key, name)
         if not path.is_file():
             raise CacheError(
                 f"cache entry {key} is missing {path.name} ({path}); "
                 "rerun `mriprep run` to rebuild it"
             )
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return path
 
     def write_entry(
         self,
@@ -141,6 +165,7 @@ class Cache:
         meta: dict[str, Any],
         replace: bool = False,
         extra_files: dict[str, str | bytes] | None = None,
+        compression: str | dict[str, str] = "none",
     ) -> IndexEntry:
         """Write one entry atomically and return its index entry (without a split).
 
@@ -160,6 +185,16 @@ class Cache:
         bytes; each is written inside the entry folder with the same atomicity and listed
         with its size and checksum under ``extra_files`` in the sidecar (``files`` keeps
         listing tensors only).
+
+        ``compression`` is how the tensors are stored (:mod:`mriprep.cache.formats`):
+        ``"none"`` (``.npy``), ``"lz4"`` or ``"zstd"`` (``.b2nd``), for all of them or per
+        tensor name (a name left out is ``none``). Each tensor's record says its file.
+
+        Raises
+        ------
+        CacheError
+            The disk is full (or over quota): the message names the cache folder and the
+            space the entry needs; nothing of the entry is left.
         """
         missing = [k for k in REQUIRED_META if k not in meta]
         if missing:
@@ -170,7 +205,10 @@ class Cache:
                 f"write_entry needs tensors image, valid [, label]; got {sorted(tensors)}"
             )
         extra_files = dict(extra_files or {})
-        reserved = {"meta.json"} | {f"{name}.npy" for name in TENSOR_NAMES}
+        per_tensor = (dict(compression) if isinstance(compression, dict)
+                      else dict.fromkeys(tensors, compression))
+        reserved = {"meta.json"} | {tensor_file_name(name, c) for name in TENSOR_NAMES
+                                     for c in ("none", "lz4")}
         for name in extra_files:
             if Path(name).name != name or name.startswith(".") or name in reserved:
                 raise ValueError(
@@ -184,13 +222,19 @@ class Cache:
             files = {}
             for name, array in tensors.items():
                 array = np.ascontiguousarray(array)
-                path = tmp / f"{name}.npy"
+                how = per_tensor.get(name, "none")
+                path = tmp / tensor_file_name(name, how)
                 with open(path, "wb") as fh:
-                    np.save(fh, array, allow_pickle=False)
+                    if how == "none":
+                        np.save(fh, array, allow_pickle=False)
+                    else:
+                        write_compressed(fh, path, array, how)
                     fh.flush()
                     os.fsync(fh.fileno())
                     drop_written_pages(fh.fileno())
                 files[name] = file_record(path, array)
+                if how != "none":
+                    files[name]["compression"] = how
             extras = {}
             for name, content in extra_files.items():
                 path = tmp / name
@@ -206,6 +250,18 @@ class Cache:
             write_text(tmp / "meta.json", json.dumps(full_meta, indent=1))
             fsync_dir(tmp)
             self._move_into_place(tmp, key, replace)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            need = sum(np.asarray(a).nbytes for a in tensors.values()) / 1e6
+            free = shutil.disk_usage(self.root).free / 1e6
+            raise CacheError(
+                f"no space left on the disk of cache {self.root} while writing the entry of "
+                f"{meta.get('subject_id')!r} ({exc.strerror}): it needs up to {need:.0f} MB "
+                f"(uncompressed), {free:.0f} MB are free. Nothing of the entry was kept; "
+                "free space (or move the cache with -o) and rerun: finished entries are "
+                "skipped"
+            ) from exc
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -245,10 +301,11 @@ class Cache:
         if not self.index_path.exists():
             return {}
         index = _read_json(self.index_path)
-        if index.get("version") != FORMAT_VERSION or "entries" not in index:
+        if not isinstance(index, dict) or index.get("version") != FORMAT_VERSION \
+                or not isinstance(index.get("entries"), dict):
             raise CacheError(
                 f"{self.index_path} is not a version-{FORMAT_VERSION} mriprep index; "
-                "rebuild the cache with `mriprep run --force`"
+                f"`mriprep cache repair {self.root}` rebuilds it from the entries' sidecars"
             )
         return index["entries"]
 
@@ -286,6 +343,16 @@ class Cache:
             doc = {"version": FORMAT_VERSION, "entries": dict(sorted(index.items()))}
             write_text(self.index_path, json.dumps(doc, indent=1))
 
+    def write_index(self, entries: Iterable[IndexEntry]) -> None:
+        """Replace the whole index with ``entries`` (each with its split), atomically.
+
+        For :func:`mriprep.maintenance.repair_index`, which holds :meth:`locked` already
+        (``flock`` locks are per open file, so taking it again here would deadlock).
+        """
+        index = {e.key: jsonable(e.to_json()) for e in entries}
+        doc = {"version": FORMAT_VERSION, "entries": dict(sorted(index.items()))}
+        write_text(self.index_path, json.dumps(doc, indent=1))
+
     def remove_from_index(self, keys: list[str]) -> None:
         with self.locked():
             index = self.read_index()
@@ -315,7 +382,8 @@ def _only_cache_layout(root: Path) -> bool:
     Two runs started at once on a new folder both find no marker; the second must see the
     first one's half-made layout as a cache being created, not as a foreign folder.
     """
-    made_by_cache = {"entries", REPORTS_DIR, QC_DIR, ".lock", "mriprep-cache.json"}
+    made_by_cache = {"entries", REPORTS_DIR, QC_DIR, QUARANTINE_DIR, ".lock",
+                     "mriprep-cache.json"}
     return all(
         p.name in made_by_cache or p.name.startswith(".mriprep-cache.json.")
         for p in root.iterdir()

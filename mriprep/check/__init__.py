@@ -2,8 +2,9 @@
 
 One job per module; :func:`check_cache` runs them in order:
 
-* :mod:`~mriprep.check.cache_check`: the orchestration, :func:`check_cache`;
-* :mod:`~mriprep.check.tensors`: one pass over one ``.npy`` file;
+* :mod:`~mriprep.check.cache_check`: the orchestration, :func:`check_cache`, and its
+  integrity part alone, :func:`verify_cache` (``mriprep cache verify``);
+* :mod:`~mriprep.check.tensors`: one pass over one tensor file (``.npy`` or ``.b2nd``);
 * :mod:`~mriprep.check.entries`: the tensor pass over every cache entry;
 * :mod:`~mriprep.check.index`: pure checks of the index entries;
 * :mod:`~mriprep.check.labels`: label values against the allowed set;
@@ -13,7 +14,7 @@ One job per module; :func:`check_cache` runs them in order:
 * :mod:`~mriprep.check.render`: the report as a table for people.
 """
 
-from mriprep.check.cache_check import check_cache
+from mriprep.check.cache_check import check_cache, verify_cache
 from mriprep.check.report import CheckReport
 
-__all__ = ["CheckReport", "check_cache"]
+__all__ = ["CheckReport", "check_cache", "verify_cache"]

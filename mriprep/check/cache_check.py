@@ -122,40 +122,16 @@ def check_cache(
     """
     started = time.perf_counter()
     cast = cast_limits(dtype)
-    root = Path(cache_dir)
-    if not root.is_dir():
-        raise CacheError(
-            f"cache folder {root} does not exist; pass the folder given to `mriprep run -o`"
-        )
+    root = _cache_root(cache_dir)
     cache = Cache(root)
     report = CheckReport(cache=str(root), dtype=cast.name)
     # A manifest that cannot be read fails the command before the (long) tensor pass.
     rows = manifest_rows(manifest) if manifest is not None else None
-    try:
-        raw_index = cache.read_index()
-    except CacheError as exc:
-        report.findings.append(Finding(Severity.ERROR, "index-unreadable", str(exc)))
+    integrity = _integrity(cache, report, cast, workers, progress)
+    if integrity is None:
         report.seconds = time.perf_counter() - started
         return report
-    report.entries = len(raw_index)
-    if not raw_index:
-        report.findings.append(
-            Finding(
-                Severity.ERROR, "empty-cache", f"{root} has no indexed entries; run `mriprep run` first"
-            )
-        )
-    index, malformed = well_formed_entries(raw_index)
-    report.findings += malformed
-    for _, entry in sorted(index.items()):
-        report.findings += check_geometry(entry)
-
-    read_start = time.perf_counter()
-    scans = scan_entries(cache, index, workers, progress, cast)
-    report.read_seconds = time.perf_counter() - read_start
-    for key in by_name(index, scans):
-        report.findings += scans[key].findings
-        report.bytes_read += scans[key].bytes_read
-
+    index, scans = integrity
     fingerprints = {k: s.fingerprint for k, s in scans.items() if s.fingerprint is not None}
     report.findings += check_index(
         index,
@@ -175,3 +151,66 @@ def check_cache(
         )
     report.seconds = time.perf_counter() - started
     return report
+
+
+def verify_cache(
+    cache_dir: str | os.PathLike,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> CheckReport:
+    """The integrity part of :func:`check_cache` (``mriprep cache verify``): the index is
+    readable and well formed, and every entry's files are present, whole, finite and
+    equal to their checksums, sidecars and index records. No cast, split, leak, label
+    or quality check."""
+    started = time.perf_counter()
+    root = _cache_root(cache_dir)
+    report = CheckReport(cache=str(root), dtype="float32")
+    integrity = _integrity(Cache(root), report, cast_limits("float32"), workers, progress)
+    if integrity is not None:
+        index, scans = integrity
+        report.splits = count_splits(index, scans)
+        report.pipeline_hashes = dict(Counter(e.pipeline_hash for e in index.values()))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _cache_root(cache_dir: str | os.PathLike) -> Path:
+    root = Path(cache_dir)
+    if not root.is_dir():
+        raise CacheError(
+            f"cache folder {root} does not exist; pass the folder given to `mriprep run -o`"
+        )
+    return root
+
+
+def _integrity(cache: Cache, report: CheckReport, cast, workers, progress):
+    """Index and tensor findings into ``report``; the well-formed index and the scans,
+    or None when the index cannot be read."""
+    try:
+        raw_index = cache.read_index()
+    except CacheError as exc:
+        report.findings.append(Finding(
+            Severity.ERROR, "index-unreadable",
+            f"{exc}; `mriprep cache repair {cache.root}` rebuilds it from the entries' "
+            "sidecars"))
+        return None
+    report.entries = len(raw_index)
+    if not raw_index:
+        report.findings.append(
+            Finding(
+                Severity.ERROR, "empty-cache",
+                f"{cache.root} has no indexed entries; run `mriprep run` first"
+            )
+        )
+    index, malformed = well_formed_entries(raw_index)
+    report.findings += malformed
+    for _, entry in sorted(index.items()):
+        report.findings += check_geometry(entry)
+    read_start = time.perf_counter()
+    scans = scan_entries(cache, index, workers, progress, cast)
+    report.read_seconds = time.perf_counter() - read_start
+    for key in by_name(index, scans):
+        report.findings += scans[key].findings
+        report.bytes_read += scans[key].bytes_read
+    return index, scans

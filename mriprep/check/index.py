@@ -69,20 +69,22 @@ def check_geometry(entry: IndexEntry) -> list[Finding]:
         problems.append(f"image shape {image_shape} is not 3-D")
     if entry.shape is not None and list(entry.shape) != image_shape:
         problems.append(
-            f"recorded shape {list(entry.shape)} differs from image.npy's {image_shape}"
+            f"recorded shape {list(entry.shape)} differs from {files['image'].file}'s "
+            f"{image_shape}"
         )
     for kind in ("valid", "label"):
         if kind in files and list(files[kind].shape) != image_shape:
             shape = list(files[kind].shape)
-            problems.append(f"{kind}.npy shape {shape} differs from image.npy's {image_shape}")
+            problems.append(f"{files[kind].file} shape {shape} differs from "
+                            f"{files['image'].file}'s {image_shape}")
     for kind, record in files.items():
         try:
             dtype = np.dtype(record.dtype)
         except TypeError:
-            problems.append(f"{kind}.npy dtype {record.dtype!r} is not a numpy dtype")
+            problems.append(f"{record.file} dtype {record.dtype!r} is not a numpy dtype")
             continue
         if kind == "label" and not np.issubdtype(dtype, np.integer):
-            problems.append(f"label.npy dtype {dtype} is not an integer type")
+            problems.append(f"{record.file} dtype {dtype} is not an integer type")
     try:
         affine = entry.affine
     except MalformedEntry as exc:  # not a finite 4x4 matrix

@@ -63,7 +63,8 @@ def check_labels(
                 Finding(
                     Severity.ERROR,
                     "label-values",
-                    f"{index[key].finding_name}: label.npy holds value(s) outside the "
+                    f"{index[key].finding_name}: {index[key].files['label'].file} holds "
+                    "value(s) outside the "
                     f"allowed set {_compact(entry_allowed)}: {shown}; fix the label map or "
                     "the pipeline's label list",
                     (key,),

@@ -18,15 +18,14 @@ from mriprep.core.limits import CAST_LIMITS
 MAX_FINDINGS_PER_CODE = 20
 
 
-def render_report(report: CheckReport) -> str:
+def render_report(report: CheckReport, command: str = "mriprep check") -> str:
     """The report as a table for people: header, per-split counts, findings, verdict."""
-    lines = [
-        f"mriprep check {report.cache}: {report.entries} entries, {len(report.splits)} split(s)"
-    ]
+    lines = [f"{command} {report.cache}: {report.entries} entries, {len(report.splits)} split(s)"]
     if report.pipeline_hashes:
         hashes = ", ".join(f"{h[:12]} ({n})" for h, n in sorted(report.pipeline_hashes.items()))
         lines.append(f"  pipeline hash(es): {hashes}")
-    lines.append(f"  cast check: {_cast_line(report.dtype)}")
+    if command == "mriprep check":
+        lines.append(f"  cast check: {_cast_line(report.dtype)}")
     if report.bytes_read:
         lines.append(
             f"  read {report.bytes_read / 1e6:.1f} MB in {report.read_seconds:.2f} s "

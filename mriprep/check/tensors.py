@@ -1,9 +1,10 @@
-"""One pass over one ``.npy`` tensor file: checksum its bytes and analyse its values.
+"""One pass over one tensor file: checksum its bytes and analyse its values.
 
-Each file is read once, in chunks of whole slices; every chunk feeds the XXH3-128
+A ``.npy`` is read once, in chunks of whole slices; every chunk feeds the XXH3-128
 checksum and, while it is still in the CPU cache, the analysis for the tensor's kind
 (image: finiteness, what the cast to the training dtype loses, fingerprint; valid mask:
-True count; label map: voxel count of each value).
+True count; label map: voxel count of each value). A compressed ``.b2nd`` is checksummed
+over its stored bytes, then decoded one compressed chunk at a time for the analysis.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import xxhash
 
+from mriprep.cache.formats import chunk_rows, is_compressed
 from mriprep.core.hashing import CHUNK_BYTES, digest_stream, file_checksum
 from mriprep.core.limits import CastLimits, cast_limits
 
@@ -42,7 +44,7 @@ CAST_UNDERFLOW_SHARE = 0.001
 
 @dataclass
 class TensorScan:
-    """What one pass over one ``.npy`` file learned.
+    """What one pass over one tensor file learned.
 
     ``problems`` holds ``(code, detail)`` pairs; the caller turns them into findings
     naming the entry.
@@ -332,7 +334,7 @@ def scan_tensor_file(
     buffer: bytearray | None = None,
     cast_dtype: str | CastLimits = "float16",
 ) -> TensorScan:
-    """Read one ``.npy`` tensor once: checksum its bytes and analyse its values.
+    """Read one tensor file once: checksum its bytes and analyse its values.
 
     The header is parsed by ``np.load(..., mmap_mode="r", allow_pickle=False)``, exactly
     as the training Dataset will open the file, so a file that cannot be memory-mapped
@@ -345,7 +347,7 @@ def scan_tensor_file(
     Parameters
     ----------
     path : path-like
-        The ``.npy`` file.
+        The ``.npy`` or ``.b2nd`` file.
     kind : {"image", "valid", "label"}
         Which analysis to run on the values.
     buffer : bytearray, optional
@@ -368,6 +370,8 @@ def scan_tensor_file(
     if not path.is_file():
         scan.problems.append(("file-missing", f"is missing ({path})"))
         return scan
+    if is_compressed(path):
+        return _scan_compressed(path, kind, buffer, cast, scan)
     try:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
         dtype, shape, offset = mapped.dtype, tuple(mapped.shape), int(mapped.offset)
@@ -421,6 +425,48 @@ def scan_tensor_file(
                 ("file-size", f"has {trailing} bytes after the array data (rewritten?)")
             )
     scan.checksum = digest.hexdigest()
+    if analysis is not None:
+        analysis.finish(scan)
+    return scan
+
+
+def _scan_compressed(path: Path, kind: str, buffer: bytearray | None, cast: CastLimits,
+                     scan: TensorScan) -> TensorScan:
+    """:func:`scan_tensor_file` for a blosc2 ``.b2nd``: the checksum over the file's bytes
+    (the stored, compressed ones: what the index records), then the analysis over the
+    decoded values, one compressed chunk of whole slices at a time.
+
+    A stream blosc2 cannot decode is ``tensor-unreadable``. One it decodes into other
+    values (a flipped byte inside a chunk) is caught by the checksum, which the caller
+    compares with the index's.
+    """
+    import blosc2
+
+    scan.checksum, scan.bytes_read = file_checksum(path, buffer)
+    try:
+        stored = blosc2.open(str(path), mode="r")
+        dtype, shape = np.dtype(stored.dtype), tuple(int(n) for n in stored.shape)
+    except Exception as exc:  # noqa: BLE001 - blosc2 raises several types for bad frames
+        scan.problems.append(
+            ("tensor-unreadable", f"cannot be opened as a blosc2 array ({exc}); the "
+                                  "compressed file is damaged: rebuild the entry")
+        )
+        return scan
+    scan.dtype, scan.shape = str(dtype), shape
+    analysis = _analysis_for(kind, shape, dtype, cast)
+    rows_total = shape[0] if shape else 1
+    step = chunk_rows(stored)
+    try:
+        for row in range(0, rows_total if math.prod(shape) else 0, step):
+            chunk = stored[row:row + step] if shape else stored[...].reshape(1)
+            if analysis is not None:
+                analysis.add(np.ascontiguousarray(chunk), row)
+    except Exception as exc:  # noqa: BLE001 - as above
+        scan.problems.append(
+            ("tensor-unreadable", f"cannot be decoded from slice {row} on ({exc}); the "
+                                  "compressed stream is damaged: rebuild the entry")
+        )
+        return scan
     if analysis is not None:
         analysis.finish(scan)
     return scan

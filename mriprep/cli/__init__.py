@@ -1,6 +1,7 @@
 """The ``mriprep`` command line: a thin layer over the library.
 
-Each subcommand lives in ``mriprep/cli/<name>.py`` with two functions:
+Each subcommand lives in ``mriprep/cli/<name>.py`` (``to-native`` in ``to_native.py``)
+with two functions:
 ``add_parser(subparsers)`` that declares its arguments and ``run(args) -> int`` that does
 the work and returns the exit status, one of :class:`~mriprep.core.exit_codes.ExitCode`
 for every subcommand: 0 success, 1 the work found problems (failed subjects, a failed
@@ -21,7 +22,8 @@ from mriprep.core.exit_codes import ExitCode
 
 
 # Order here is the order in `mriprep --help`.
-COMMANDS = ("demo", "run", "check", "report", "splits", "manifest")
+COMMANDS = ("demo", "run", "check", "report", "cache", "export", "to-native", "splits",
+            "manifest")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mriprep {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"mriprep.cli.{name}").add_parser(sub)
+        importlib.import_module(f"mriprep.cli.{name.replace('-', '_')}").add_parser(sub)
     return parser
 
 
@@ -57,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"mriprep {args.command}: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    except BrokenPipeError:
+        # `mriprep cache ls | head`: the reader has gone; nothing left to say to it.
+        sys.stdout = None
+        return ExitCode.OK
     except KeyboardInterrupt:
         print("mriprep: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED

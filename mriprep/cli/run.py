@@ -63,6 +63,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-report", action="store_true",
                    help="make no QC pictures or HTML report (`mriprep report CACHE` makes "
                         "them later, from the cache)")
+    p.add_argument("--replace-pipeline", action="store_true",
+                   help="let this pipeline take over a cache that indexes another "
+                        "pipeline's entries (they leave the index; `mriprep cache prune` "
+                        "deletes them); without it such a cache is refused")
     p.add_argument("--json", action="store_true",
                    help="print a JSON summary on stdout (progress stays on stderr)")
     p.set_defaults(func=run)
@@ -88,9 +92,12 @@ def run(args: argparse.Namespace) -> int:
             scheduler=args.scheduler, workers=args.workers, force=args.force,
             threads_per_worker=args.threads_per_worker, on_result=progress,
             manifest=args.manifest, report=not args.no_report,
+            replace_pipeline=args.replace_pipeline,
         )
     finally:
         progress.close()
+    if result.index_note:
+        print(f"mriprep run: {result.index_note}", file=sys.stderr)
     if args.json:
         print(json.dumps(summary_json(result), indent=1))
     else:

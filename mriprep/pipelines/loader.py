@@ -5,6 +5,7 @@ A pipeline file names the ordered stages and their parameters::
     name: t1w_mni_rigid
     description: Rigid registration to MNI152 1 mm, z-scored, float32.
     output_dtype: float32          # float32 | float16 | uint8: dtype of the cached image
+    compression: lz4               # none | lz4 | zstd, or per tensor: {valid: lz4, ...}
     stages:
       - reorient                   # a bare name runs the stage with its defaults
       - sanitize:                  # a one-key mapping gives parameters
@@ -40,7 +41,9 @@ from mriprep.pipelines.params import coerce_value
 from mriprep.stages import STAGE_MODULES, all_stages, get_stage
 
 OUTPUT_DTYPES = ("float32", "float16", "uint8")
-TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "stages")
+TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "compression", "stages")
+# The tensors a pipeline's ``compression`` may name (those an entry stores).
+COMPRESSED_TENSORS = ("image", "valid", "label")
 DEFAULT_PIPELINE = "t1w_mni_rigid"
 
 
@@ -81,14 +84,22 @@ class Pipeline:
     steps: tuple[StageStep, ...]
     source: str
     hash: str
+    # How each cached tensor is stored (mriprep.cache.formats): image, valid, label.
+    compression: dict[str, str] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(COMPRESSED_TENSORS, "none"), hash=False)
 
     def resolved(self) -> dict[str, Any]:
         """The configuration with every default filled in (what the hash covers)."""
-        return {
+        resolved = {
             "name": self.name,
             "output_dtype": self.output_dtype,
             "stages": [step.resolved() for step in self.steps],
         }
+        if any(c != "none" for c in self.compression.values()):
+            # Only then: a pipeline without compression keeps the hash it had before
+            # the key existed, and the caches made with it stay valid.
+            resolved["compression"] = dict(self.compression)
+        return resolved
 
     def templates(self) -> list[str]:
         """Every template (builtin name or absolute file path) the steps refer to."""
@@ -133,7 +144,8 @@ def resolve_pipeline_path(name_or_path: str | Path) -> Path:
 
 
 def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE,
-                  output_dtype: str | None = None) -> Pipeline:
+                  output_dtype: str | None = None,
+                  compression: str | dict[str, str] | None = None) -> Pipeline:
     """Load, validate and hash a pipeline given by name or YAML path.
 
     Parameters
@@ -145,6 +157,8 @@ def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE,
         Replaces the file's ``output_dtype`` (e.g. ``"uint8"`` for FastSurfer's conformed
         images), as a copy of the file with that one line changed would: the stages that
         inherit it and the hash follow.
+    compression
+        Replaces the file's ``compression`` the same way (``"none"``: plain ``.npy``).
 
     Returns
     -------
@@ -158,8 +172,8 @@ def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE,
     Examples
     --------
     >>> pipe = load_pipeline("conform_1mm")
-    >>> pipe.output_dtype, len(pipe.hash)
-    ('float32', 64)
+    >>> pipe.output_dtype, pipe.compression["valid"], len(pipe.hash)
+    ('uint8', 'lz4', 64)
     """
     path = resolve_pipeline_path(name_or_path)
     try:
@@ -172,6 +186,8 @@ def load_pipeline(name_or_path: str | Path = DEFAULT_PIPELINE,
         raise PipelineConfigError(f"cannot read pipeline file {path}: {exc}") from exc
     if output_dtype is not None and isinstance(doc, dict):
         doc = {**doc, "output_dtype": output_dtype}
+    if compression is not None and isinstance(doc, dict):
+        doc = {**doc, "compression": compression}
     return pipeline_from_dict(doc, source=str(path), base_dir=path.parent)
 
 
@@ -212,6 +228,7 @@ def pipeline_from_dict(
             f"'output_dtype' = {output_dtype!r} is not supported; use one of "
             f"{', '.join(OUTPUT_DTYPES)}"
         )
+    compression = _compression(doc.get("compression", "none"), problems)
     raw_stages = doc.get("stages")
     steps: list[StageStep] = []
     if not isinstance(raw_stages, list) or not raw_stages:
@@ -238,6 +255,7 @@ def pipeline_from_dict(
         steps=tuple(steps),
         source=source,
         hash="",
+        compression=compression,
     )
     return dataclasses.replace(pipe, hash=pipeline_hash(pipe))
 
@@ -277,6 +295,36 @@ def pipeline_hash(pipe: Pipeline) -> str:
 
 
 # -- validation helpers --------------------------------------------------------------
+
+
+def _compression(value: Any, problems: list[str]) -> dict[str, str]:
+    """The ``compression`` key as one choice per tensor: a name applies to every tensor,
+    a mapping names some of them (the others stay ``none``)."""
+    from mriprep.cache.formats import COMPRESSIONS
+
+    choices = ", ".join(COMPRESSIONS)
+    out = dict.fromkeys(COMPRESSED_TENSORS, "none")
+    if isinstance(value, str):
+        if value not in COMPRESSIONS:
+            problems.append(f"'compression' = {value!r} is not supported; use one of {choices}"
+                            " (or a mapping such as {valid: lz4, label: lz4})")
+            return out
+        return dict.fromkeys(COMPRESSED_TENSORS, value)
+    if not isinstance(value, dict):
+        problems.append(f"'compression' must be one of {choices} or a mapping of tensor "
+                        f"names ({', '.join(COMPRESSED_TENSORS)}) to them, got {value!r}")
+        return out
+    for tensor, choice in value.items():
+        if tensor not in COMPRESSED_TENSORS:
+            problems.append(f"'compression' names tensor {tensor!r}; the tensors are "
+                            f"{', '.join(COMPRESSED_TENSORS)}")
+        elif choice not in COMPRESSIONS:
+            problems.append(f"'compression' of {tensor} = {choice!r} is not supported; use "
+                            f"one of {choices}")
+        else:
+            out[tensor] = choice
+    return out
+
 
 
 def _parse_step(

@@ -27,6 +27,7 @@ run ends with the HTML QC report, ``CACHE/qc/index.html`` (:mod:`mriprep.qc`), u
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import time
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Callable
 
 from mriprep.cache import Cache, IndexEntry
+from mriprep.core.errors import CacheError
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.machine import usable_cores
 from mriprep.inputs.manifest import ManifestRow
@@ -79,6 +81,8 @@ class RunResult:
     # Writing the HTML QC report after the subjects (not counted in ``seconds``).
     report_seconds: float = 0.0
     report_error: str = ""
+    # What the run did to the index before starting (a repair, a pipeline replaced).
+    index_note: str = ""
 
     def count(self, status: str) -> int:
         return sum(1 for r in self.results if r.status == status)
@@ -110,6 +114,7 @@ def run_cohort(
     on_result: Callable[[SubjectResult], None] | None = None,
     manifest: str | os.PathLike | None = None,
     report: bool = True,
+    replace_pipeline: bool = False,
 ) -> RunResult:
     """Process every subject into the cache and write the run reports.
 
@@ -138,6 +143,10 @@ def run_cohort(
     report
         Make each subject's QC pictures and metrics in its worker, and write the HTML QC
         report (``CACHE/qc/index.html``, :mod:`mriprep.qc.report`) at the end.
+    replace_pipeline
+        Let this run's pipeline take over a cache whose index holds another pipeline's
+        entries: they leave the index (``mriprep cache prune`` deletes their files).
+        Without it such a cache is refused (:class:`CacheError`) before any work.
 
     Returns
     -------
@@ -157,6 +166,7 @@ def run_cohort(
     # The scheduler comes first: an unreachable cluster must not leave an empty cache.
     with scheduler_client(scheduler, workers, threads_per_worker, bool(rows)) as client:
         cache = Cache(cache_root, create=True)
+        index_note = prepare_index(cache, pipeline, rows, replace_pipeline)
         index = _IndexWriter(cache)
 
         def collect(position: int, result: SubjectResult) -> None:
@@ -184,6 +194,7 @@ def run_cohort(
         scheduler=scheduler,
         workers=workers,
         seconds=round(time.perf_counter() - start, 3),
+        index_note=index_note,
     )
     run.report_paths = write_reports(cache, run, started, manifest)
     if report:
@@ -197,6 +208,52 @@ def run_cohort(
                                 f"{exc}); `mriprep report {cache.root}` tries again")
         run.report_seconds = round(time.perf_counter() - report_start, 3)
     return run
+
+
+def prepare_index(cache: Cache, pipeline: Pipeline, rows: list[ManifestRow],
+                  replace_pipeline: bool) -> str:
+    """Make the index fit for this run, or refuse before any work; say what was done.
+
+    A damaged index is rebuilt from the entries' sidecars (file sizes checked; the
+    run's rows give their splits, the run reports the others'). A cache serves one
+    pipeline, and the Dataset would refuse a mix only later: entries of another pipeline
+    hash are fine when this run's rows cover their subjects (a changed parameter rerun on
+    the cohort replaces each of them), and otherwise refused, unless ``replace_pipeline``
+    takes them out of the index.
+    """
+    notes = []
+    try:
+        raw = cache.read_index()
+    except CacheError as exc:
+        from mriprep.maintenance import repair_index
+
+        repaired = repair_index(cache, splits={r.key: r.split for r in rows if r.split},
+                                verify="sizes")
+        notes.append(f"index.json was damaged ({exc}); rebuilt it from the entries' "
+                     f"sidecars: {repaired.summary()}. `mriprep cache verify {cache.root}` "
+                     "reads every file")
+        raw = cache.read_index()
+    covered = {r.key for r in rows}
+    others = {k: doc for k, doc in raw.items()
+              if isinstance(doc, dict) and doc.get("pipeline_hash") != pipeline.hash
+              and (str(doc.get("subject_id")), doc.get("session_id") or "") not in covered}
+    if others:
+        found = collections.Counter(
+            (doc.get("pipeline_name"), str(doc.get("pipeline_hash"))) for doc in others.values())
+        listed = ", ".join(f"{n} entries of pipeline {name} ({h[:12]})"
+                           for (name, h), n in found.most_common())
+        if not replace_pipeline:
+            raise CacheError(
+                f"cache {cache.root} holds {listed} of subjects this run does not "
+                f"process, and this run's pipeline is {pipeline.name} "
+                f"({pipeline.hash[:12]}): one cache serves one pipeline (MRIDataset refuses "
+                "a mix). Write this run to another folder (-o) to keep "
+                "the two apart, or pass --replace-pipeline to take the old entries out of "
+                f"the index (`mriprep cache prune {cache.root}` then deletes their files)")
+        cache.remove_from_index(list(others))
+        notes.append(f"--replace-pipeline: took {listed} out of the index; "
+                     f"`mriprep cache prune {cache.root}` deletes their files")
+    return "; ".join(notes)
 
 
 class _IndexWriter:

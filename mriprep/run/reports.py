@@ -128,6 +128,7 @@ def summary_json(run: RunResult) -> dict[str, Any]:
         "exit_code": run.exit_code,
         "reports": {k: str(v) for k, v in run.report_paths.items()},
         "qc_report_error": run.report_error or None,
+        "index_note": run.index_note or None,
         "failed": [{k: getattr(r, k) for k in ("subject_id", "session_id", "stage", "reason")}
                    for r in run.failed],
         "subjects": [{k: getattr(r, k) for k in REPORT_COLUMNS} for r in run.results],

@@ -142,7 +142,8 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
     current.stage = "cache"
     tensors = output_tensors(volume, pipeline.output_dtype)
     meta, extra_files = entry_meta(row, pipeline, hashes, volume)
-    entry = cache.write_entry(key, tensors, meta, replace=replace, extra_files=extra_files)
+    entry = cache.write_entry(key, tensors, meta, replace=replace, extra_files=extra_files,
+                              compression=pipeline.compression)
     warnings = stage_warnings(volume.provenance)
     if replace and not force:
         warnings.append("replaced an entry that failed verification")

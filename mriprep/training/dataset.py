@@ -24,6 +24,7 @@ from mriprep.training.buffers import (
     Allocator,
     BufferPool,
     PreCollated,
+    copy_into,
     fresh_tensor,
     shared_tensor,
 )
@@ -62,6 +63,10 @@ class MRIDataset(Dataset):
     split : str
         The split to read (``"train"``, ``"val"``, ...). Every entry of the cache, in all
         splits, must come from one pipeline hash.
+    manifest : path or Manifest, optional
+        Read only the entries of this manifest's rows (a subject dropped from the cohort
+        but still cached is not served); a row of ``split`` that is not cached is named
+        in a warning. The split is still the index's.
     mode : {"volume", "patch", "slice"}
         ``"volume"``: one item per entry, the whole volume ``[1, X, Y, Z]`` and its affine.
         ``"patch"``: ``samples_per_volume`` patches of ``patch_size`` per entry, each
@@ -124,6 +129,7 @@ class MRIDataset(Dataset):
         split: str = "train",
         mode: str = "volume",
         *,
+        manifest=None,
         patch_size: int | Sequence[int] | None = None,
         samples_per_volume: int | None = None,
         foreground_fraction: float | None = None,
@@ -156,7 +162,7 @@ class MRIDataset(Dataset):
         self.mode = mode
         self.transform = transform
         self.seed = int(seed)
-        self.entries: list[IndexEntry] = split_entries(self.cache, split)
+        self.entries: list[IndexEntry] = split_entries(self.cache, split, manifest)
         self.pipeline_hash = self.entries[0].pipeline_hash
         self.labels = resolve_labels(self.cache, split, self.entries, labels)
         check_files(self.cache, self.entries, self.labels)
@@ -330,10 +336,12 @@ class MRIDataset(Dataset):
             return [as_meta_item(item) for item in items]
         return items
 
-    def _map(self, entry: int, name: str) -> np.ndarray:
-        """One tensor of an entry, memory-mapped read-only (never unpickled)."""
+    def _map(self, entry: int, name: str):
+        """One tensor of an entry as an array-like that reads only the region sliced from
+        it: a read-only memory map of a ``.npy`` (never unpickled), or a blosc2 array that
+        decodes only the chunks the region touches."""
         ref = self.entries[entry]
-        array = self.cache.load_tensor(ref.key, name, mmap=True)
+        array = self.cache.open_tensor(ref.key, name)
         if array.shape != self.shapes[entry]:
             raise CacheError(
                 f"{self.cache.tensor_path(ref.key, name)} (subject {ref.subject_id!r}) has "
@@ -344,14 +352,14 @@ class MRIDataset(Dataset):
 
     def _copy_region(self, entry: int, region: tuple, out: dict, j: int) -> None:
         for name, dst in out.items():
-            np.copyto(dst[j, 0], self._map(entry, name)[region], casting="same_kind")
+            copy_into(dst[j, 0], self._map(entry, name)[region])
 
     def _identity(self, entry: int) -> dict:
         ref = self.entries[entry]
         return {"subject_id": ref.subject_id, "session_id": ref.session_id}
 
     def _read_volume(self, entry: int, seed: int, out: dict, j: int) -> dict:
-        self._copy_region(entry, (), out, j)
+        self._copy_region(entry, (Ellipsis,), out, j)
         return {**self._identity(entry), "affine": self.affines[entry]}
 
     def _read_patch(self, index: int, seed: int, out: dict, j: int) -> dict:
@@ -369,14 +377,16 @@ class MRIDataset(Dataset):
         entry, k = (int(v) for v in self.slices[index])
         depth = self.shapes[entry][self.axis]
         lead = (slice(None),) * self.axis
-        image = self._map(entry, "image")
+        # The slices with their neighbours in one read: a compressed image decodes each
+        # chunk once per item, not once per channel.
+        first, stop = max(k - self.context, 0), min(k + self.context + 1, depth)
+        slab = self._map(entry, "image")[lead + (slice(first, stop),)]
         for c, offset in enumerate(range(-self.context, self.context + 1)):
             neighbour = min(max(k + offset, 0), depth - 1)
-            np.copyto(out["image"][j, c], image[lead + (neighbour,)], casting="same_kind")
+            copy_into(out["image"][j, c], slab[lead + (neighbour - first,)])
         for name in ("valid", "label"):
             if name in out:
-                np.copyto(out[name][j, 0], self._map(entry, name)[lead + (k,)],
-                          casting="same_kind")
+                copy_into(out[name][j, 0], self._map(entry, name)[lead + (k,)])
         return {**self._identity(entry), "slice_index": k,
                 "affine": slice_affine(self.affines[entry], self.axis, k)}
 
@@ -451,7 +461,7 @@ class MRIDataset(Dataset):
         rows = []
         other = tuple(a for a in range(3) if a != self.axis)
         for entry in range(len(self.entries)):
-            valid = self._map(entry, "valid")
+            valid = self._map(entry, "valid")[...]
             count = np.count_nonzero(valid, axis=other)
             plane = math.prod(self.entry_item_shape(entry))
             usable = np.flatnonzero((count > 0) & (count >= self.min_valid_fraction * plane))

@@ -1,8 +1,8 @@
 """The entries an :class:`~mriprep.training.dataset.MRIDataset` reads, checked at opening.
 
 From the cache index and the file sizes only (no tensor is read): :func:`split_entries`
-gives the entries of one split and refuses a cache that mixes pipeline hashes or an
-entry that records no output grid;
+gives the entries of one split (of a manifest's rows only, when given one) and refuses a
+cache that mixes pipeline hashes or an entry that records no output grid;
 :func:`resolve_labels` decides whether label maps are read; :func:`check_files` refuses
 missing or truncated tensor files. Each refusal is a
 :class:`~mriprep.core.errors.CacheError` that says what to do.
@@ -11,13 +11,16 @@ missing or truncated tensor files. Each refusal is a
 from __future__ import annotations
 
 import collections
+import warnings
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.core.errors import CacheError
 
 
-def split_entries(cache: Cache, split: str) -> list[IndexEntry]:
+def split_entries(cache: Cache, split: str, manifest=None) -> list[IndexEntry]:
     everything = cache.entries()
+    if manifest is not None:
+        everything = manifest_entries(cache, everything, manifest, split)
     hashes = collections.Counter(e.pipeline_hash for e in everything)
     if len(hashes) > 1:
         example = {e.pipeline_hash: e for e in reversed(everything)}
@@ -27,8 +30,8 @@ def split_entries(cache: Cache, split: str) -> list[IndexEntry]:
         )
         raise CacheError(
             f"cache {cache.root} mixes {len(hashes)} pipeline hashes: {listed}. Train, val "
-            "and test must be preprocessed by one pipeline: rerun `mriprep run` with one "
-            "pipeline into a fresh cache (or with --force)"
+            "and test must be preprocessed by one pipeline: keep one with `mriprep cache "
+            f"prune {cache.root} --pipeline NAME_OR_HASH` (it lists what it removes first)"
         )
     entries = [e for e in everything if e.split == split]
     if not entries:
@@ -89,3 +92,25 @@ def check_files(cache: Cache, entries: list[IndexEntry], labels: bool) -> None:
             f"  {shown}{more}\nrerun `mriprep run` on the manifest to rebuild these entries "
             "(`mriprep check` lists every problem)"
         )
+
+
+def manifest_entries(cache: Cache, entries: list[IndexEntry], manifest, split: str
+                     ) -> list[IndexEntry]:
+    """The entries of the manifest's rows only; a row of ``split`` that is not cached is
+    named in a warning (``mriprep check --manifest`` makes it an error)."""
+    from mriprep.check.manifest import manifest_name, manifest_rows
+
+    rows = manifest_rows(manifest)
+    wanted = {r.key for r in rows}
+    kept = [e for e in entries if e.identity in wanted]
+    cached = {e.identity for e in kept}
+    missing = [r.name for r in rows if r.key not in cached and r.split == split]
+    if missing:
+        warnings.warn(
+            f"MRIDataset: {len(missing)} row(s) of split {split!r} in "
+            f"{manifest_name(manifest)} are not in cache {cache.root} "
+            f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}): failed or not "
+            "run; `mriprep check --manifest` names each with its reason",
+            stacklevel=4,
+        )
+    return kept

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 import torch
 
+from mriprep.cache.formats import read_tensor
+
 if TYPE_CHECKING:
     from mriprep.training.dataset import MRIDataset
 
@@ -154,7 +156,7 @@ def torchio_subjects(dataset: "MRIDataset", transform=None):
 
 def read_cached_tensor(path, affine: np.ndarray, shape: tuple[int, ...]):
     """TorchIO's reader for a cache tensor: ``([1, X, Y, Z] tensor, affine)``."""
-    array = np.load(path, mmap_mode="r", allow_pickle=False)
+    array = read_tensor(path)
     if array.shape != tuple(shape):
         raise ValueError(
             f"{path} has shape {array.shape}, the cache's index says {tuple(shape)}: the "

@@ -51,23 +51,35 @@ def test_flipped_byte_or_truncation_fails_verification(tmp_path, brain):
     assert not cache.has_entry(key)
 
 
-def test_half_written_entries_are_never_visible(tmp_path, brain, monkeypatch):
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_a_full_disk_leaves_no_entry_and_says_how_much_space(tmp_path, brain, monkeypatch,
+                                                             compression):
+    import mriprep.cache.store as store
+
     data, affine = brain
     cache = Cache(tmp_path / "c", create=True)
     key = key_of("sub-01")
-    saved = []
-    real_save = np.save
+    written = []
+    real = np.save if compression == "none" else store.write_compressed
 
-    def save_then_crash(fh, array, allow_pickle):
-        if saved:
+    def write_then_fill_the_disk(*args, **kwargs):
+        if written:  # the second tensor finds the disk full
             raise OSError(28, "No space left on device")
-        saved.append(True)
-        real_save(fh, array, allow_pickle=allow_pickle)
+        written.append(True)
+        real(*args, **kwargs)
 
-    monkeypatch.setattr(np, "save", save_then_crash)
-    with pytest.raises(OSError, match="No space left"):
-        cache.write_entry(key, tensors_of(data), meta_of("sub-01", data, affine))
+    if compression == "none":
+        monkeypatch.setattr(np, "save", write_then_fill_the_disk)
+    else:
+        monkeypatch.setattr(store, "write_compressed", write_then_fill_the_disk)
+    with pytest.raises(CacheError, match="no space left") as err:
+        cache.write_entry(key, tensors_of(data), meta_of("sub-01", data, affine),
+                          compression=compression)
     monkeypatch.undo()
+    message = str(err.value)
+    assert str(cache.root) in message and "sub-01" in message
+    need = sum(a.nbytes for a in tensors_of(data).values()) / 1e6
+    assert f"needs up to {need:.0f} MB" in message and "MB are free" in message
     assert not cache.entry_dir(key).exists()
     assert list(cache.tmp_dir.iterdir()) == []
     # A folder under the final name without its sidecar (e.g. a partial copy) is no entry.

@@ -52,8 +52,10 @@ def scans(tmp_path_factory):
         rows.append(f"{sid},{sid}.nii.gz,{sid}_dseg.nii.gz,train")
     (root / "cohort.csv").write_text("\n".join(rows) + "\n")
     cache_root = root / "cache"
+    # float32: the exact values the tests below compare (the shipped uint8 rounds them).
     result = run_cohort(cohort_rows(root / "cohort.csv"), cache_root,
-                        load_pipeline("conform_1mm"), scheduler="sync", report=False)
+                        load_pipeline("conform_1mm", output_dtype="float32"), scheduler="sync",
+                        report=False)
     assert result.count("cached") == 3, result.failed
     return root, Cache(cache_root), files
 
@@ -135,17 +137,17 @@ def test_stored_axis_order_moves_the_grid_by_a_voxel_and_changes_nothing_else(sc
 
 def test_a_uint8_conform_cache_holds_fastsurfers_rounded_values_and_is_served(
         scans, tmp_path):
-    """``output_dtype: uint8`` in a copy of the pipeline: the cache stores what the
-    float32 run stores, rounded, the check passes it and the Dataset serves float32."""
+    """The shipped ``conform_1mm`` (uint8, masks LZ4): the cache stores what the float32
+    run stores, rounded, the check passes it and the Dataset serves float32."""
     import torch
 
     from mriprep.check import check_cache
     from mriprep.training import MRIDataset
 
     root, float_cache, _ = scans
-    pipeline = load_pipeline("conform_1mm", output_dtype="uint8")
+    pipeline = load_pipeline("conform_1mm")
     assert pipeline.params_of("validate").output_dtype == "uint8"
-    assert pipeline.hash != load_pipeline("conform_1mm").hash
+    assert pipeline.hash != load_pipeline("conform_1mm", output_dtype="float32").hash
     result = run_cohort(cohort_rows(root / "cohort.csv"), tmp_path / "cache",
                         pipeline, scheduler="sync", report=False)
     assert result.count("cached") == 3, result.failed
@@ -153,7 +155,12 @@ def test_a_uint8_conform_cache_holds_fastsurfers_rounded_values_and_is_served(
     ref, _ = _entry(cache, "sub-thick")
     image = cache.load_tensor(ref.key, "image")
     assert image.dtype == np.uint8
+    assert [ref.files[n].file for n in ("image", "valid", "label")] == [
+        "image.npy", "valid.b2nd", "label.b2nd"]
     float_ref, _ = _entry(float_cache, "sub-thick")
+    for name in ("valid", "label"):  # compressed, and the same values
+        np.testing.assert_array_equal(cache.load_tensor(ref.key, name),
+                                      float_cache.load_tensor(float_ref.key, name))
     exact = float_cache.load_tensor(float_ref.key, "image")
     np.testing.assert_array_equal(image, np.clip(np.rint(exact), 0, 255).astype(np.uint8))
     assert check_cache(tmp_path / "cache").ok

@@ -248,7 +248,7 @@ def test_shipped_pipelines_validate_and_say_what_they_do():
     assert conform.params_of("resample").spacing == (1.0, 1.0, 1.0)
     assert conform.params_of("validate").expected_shape == (256, 256, 256)
     # Stages that need the cache dtype inherit the pipeline's.
-    assert conform.params_of("sanitize").output_dtype == conform.output_dtype == "float32"
+    assert conform.params_of("sanitize").output_dtype == conform.output_dtype == "uint8"
     assert default.hash != conform.hash
 
 
@@ -334,3 +334,42 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_the_default_pipeline_by_name(tmp_pat
     # The QC report's templates are package data too: the installed copy writes it.
     assert summary["qc_report_error"] is None
     assert (tmp_path / "cache" / "qc" / "index.html").is_file()
+
+
+def test_compression_is_one_choice_for_every_tensor_or_one_per_tensor():
+    stages = ["sanitize", "validate"]
+    plain = pipeline_from_dict({"name": "x", "stages": stages}, source="x.yaml")
+    none = pipeline_from_dict({"name": "x", "compression": "none", "stages": stages},
+                              source="x.yaml")
+    lz4 = pipeline_from_dict({"name": "x", "compression": "lz4", "stages": stages},
+                             source="x.yaml")
+    masks = pipeline_from_dict({"name": "x", "compression": {"valid": "zstd"},
+                                "stages": stages}, source="x.yaml")
+    assert plain.compression == none.compression == dict.fromkeys(
+        ("image", "valid", "label"), "none")
+    # Writing `none` changes nothing a cache depends on; any compression is another cache.
+    assert plain.hash == none.hash
+    assert len({plain.hash, lz4.hash, masks.hash}) == 3
+    assert lz4.compression == dict.fromkeys(("image", "valid", "label"), "lz4")
+    assert masks.compression == {"image": "none", "valid": "zstd", "label": "none"}
+    with pytest.raises(PipelineConfigError) as info:
+        pipeline_from_dict({"name": "x", "compression": {"mask": "lz4", "label": "gzip"},
+                            "stages": stages}, source="x.yaml")
+    message = str(info.value)
+    assert "'compression' names tensor 'mask'; the tensors are image, valid, label" in message
+    assert "'compression' of label = 'gzip' is not supported; use one of none, lz4, zstd" \
+        in message
+    with pytest.raises(PipelineConfigError, match="'compression' = 'blosc' is not supported"):
+        pipeline_from_dict({"name": "x", "compression": "blosc", "stages": stages},
+                           source="x.yaml")
+
+
+def test_the_shipped_pipelines_store_float16_lz4_and_uint8_with_compressed_masks():
+    default, conform = load_pipeline("t1w_mni_rigid"), load_pipeline("conform_1mm")
+    assert default.output_dtype == "float16"
+    assert default.compression == dict.fromkeys(("image", "valid", "label"), "lz4")
+    assert conform.output_dtype == "uint8"
+    assert conform.compression == {"image": "none", "valid": "lz4", "label": "lz4"}
+    # The overrides give back the format every cache had before.
+    before = load_pipeline("t1w_mni_rigid", output_dtype="float32", compression="none")
+    assert before.output_dtype == "float32" and set(before.compression.values()) == {"none"}

@@ -114,7 +114,7 @@ def test_damaged_tensor_and_unreadable_run_report_still_render(demo_cache, tmp_p
     clone = clone_cache(demo_cache.path, tmp_path / "cache")
     entry = next(e for e in clone.entries() if e.subject_id == "sub-03")
     shutil.rmtree(qc_root(clone.root) / entry.key)  # so the report must read the tensor
-    image = clone.entry_dir(entry.key) / "image.npy"
+    image = clone.tensor_path(entry.key, "image")
     replace_bytes(image, image.read_bytes()[: 1000])
     (clone.reports_dir / "latest.json").write_text("{ not json")
     index = write_report(clone.root)

@@ -57,11 +57,14 @@ def build_template_cache(
     step: int = STEP,
     first: int = 0,
     session: str = "",
+    image_dtype: str = "float32",
+    compression: str | dict[str, str] = "none",
 ) -> Path:
     """A cache of template-derived subjects, ``n`` per split, written with the cache API.
 
     Subjects are numbered from ``first`` (``sub-00``, ``sub-01``, ...) across the splits,
-    each with session ``session``.
+    each with session ``session``; images are stored as ``image_dtype``, every tensor with
+    ``compression``.
     """
     cache = Cache(root, create=True)
     entries = []
@@ -83,8 +86,10 @@ def build_template_cache(
             }
             names = ("image", "valid", "label") if labels else ("image", "valid")
             tensors = {k: subject[k] for k in names}
+            tensors["image"] = tensors["image"].astype(image_dtype)
             key = entry_key(sid, session, {"t1w": f"{number:064x}"}, pipeline_hash)
-            entries.append(cache.write_entry(key, tensors, meta).with_split(split))
+            entries.append(cache.write_entry(key, tensors, meta, compression=compression)
+                           .with_split(split))
             number += 1
     cache.update_index(entries)
     return Path(root)

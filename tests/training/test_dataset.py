@@ -173,3 +173,30 @@ def test_empty_split_is_refused_with_the_splits_that_exist(cache_dir):
 def test_bad_dataset_options_are_refused(cache_dir, options, message):
     with pytest.raises(ValueError, match=message):
         MRIDataset(cache_dir, split="train", **options)
+
+
+# -- storage formats -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, options", [
+    ("volume", {}),
+    ("patch", {"patch_size": 16, "samples_per_volume": 3, "foreground_fraction": 0.5}),
+    ("slice", {"axis": 0, "context": 2}),
+    ("slice", {"axis": 2, "context": 1}),
+])
+def test_a_compressed_cache_serves_what_the_npy_cache_serves(tmp_path, mode, options):
+    """The same float16 values stored as .npy and as LZ4 .b2nd: every item of every mode
+    equal, drawn with the same seed, delivered as float32."""
+    plain = build_template_cache(tmp_path / "npy", image_dtype="float16")
+    packed = build_template_cache(tmp_path / "b2nd", image_dtype="float16", compression="lz4")
+    assert Cache(packed).tensor_path(Cache(packed).entries()[0].key, "image").suffix == ".b2nd"
+    loaders = [make_dataloader(MRIDataset(root, split="train", mode=mode, **options),
+                               batch_size=2, num_workers=2, seed=3) for root in (plain, packed)]
+    batches = 0
+    for a, b in zip(*loaders):
+        assert a["image"].dtype == b["image"].dtype == torch.float32
+        for name in ("image", "valid", "label"):
+            torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
+        assert a["subject_id"] == b["subject_id"]
+        batches += 1
+    assert batches == len(loaders[0]) > 0

@@ -17,7 +17,7 @@ from mriprep.core.volume import Volume
 from mriprep.stages.resample.kernel import INSIDE_TOLERANCE, TOUCH_WEIGHT
 
 
-def _inside_rows(vox_map: np.ndarray, out_shape: tuple[int, int, int], in_shape) -> np.ndarray:
+def inside_rows(vox_map: np.ndarray, out_shape: tuple[int, int, int], in_shape) -> np.ndarray:
     """:meth:`~mriprep.stages.resample.general._Sampler.inside` for every output voxel,
     without a coordinate array.
 
@@ -44,7 +44,7 @@ def _inside_rows(vox_map: np.ndarray, out_shape: tuple[int, int, int], in_shape)
     return (k >= np.ceil(lo)[..., None]) & (k <= np.floor(hi)[..., None])
 
 
-def _itk_resample(array: np.ndarray, vox_map: np.ndarray, out_shape, interpolator):
+def itk_resample(array: np.ndarray, vox_map: np.ndarray, out_shape, interpolator):
     """``array`` sampled at ``vox_map @ v`` for every output voxel ``v`` by SimpleITK's
     resampler (0 beyond half a voxel outside), as a read-only NumPy view of its output.
 
@@ -87,15 +87,15 @@ def resample_linear_itk(
     """
     import SimpleITK as sitk
 
-    inside = _inside_rows(vox_map, out_shape, volume.shape)
+    inside = inside_rows(vox_map, out_shape, volume.shape)
     outside = int(inside.size - np.count_nonzero(inside))
-    values, keep = _itk_resample(data.astype(np.float32, copy=False), vox_map, out_shape,
+    values, keep = itk_resample(data.astype(np.float32, copy=False), vox_map, out_shape,
                                  sitk.sitkLinear)
     image = np.where(inside, values, np.float32(0.0))
     del values, keep
     invalid = ~volume.valid
     if invalid.any():
-        touched, keep = _itk_resample(invalid.astype(np.float32), vox_map, out_shape,
+        touched, keep = itk_resample(invalid.astype(np.float32), vox_map, out_shape,
                                       sitk.sitkLinear)
         valid = inside & (touched <= TOUCH_WEIGHT)
         del touched, keep
@@ -103,7 +103,7 @@ def resample_linear_itk(
         valid = inside
     label = None
     if volume.label is not None:
-        nearest, keep = _itk_resample(volume.label, vox_map, out_shape,
+        nearest, keep = itk_resample(volume.label, vox_map, out_shape,
                                       sitk.sitkNearestNeighbor)
         label = np.where(inside, nearest, 0).astype(volume.label.dtype, copy=False)
         del nearest, keep
