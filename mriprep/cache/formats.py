@@ -9,21 +9,23 @@ a compressed chunk may decode to other values without an error, so the checksum 
 catches it (``mriprep check`` and ``mriprep cache verify`` compare it).
 
 Why blosc2: nnU-Net v2 stores its preprocessed data in it; its chunks decode
-independently, so a patch or a slice decodes only the chunks it touches; its shuffle
-filter (byte shuffle) makes intensities compress well at memory speed; and it is a maintained wheel for every platform. Measured on a demo
-entry of the default pipeline (197 x 233 x 189 with the head to the neck, one thread):
-the float32 z-scored image 1.66x with LZ4 and 1.85x with Zstd level 1, as float16 1.85x
-and 2.29x; the valid mask about 70x and 200x; the int16 labels 22x and 60x. LZ4 decodes about
-2.5 GB/s a thread against Zstd's 1.3-1.5 GB/s, which is why the shipped pipelines use
-LZ4: they reach their size goal with it and keep the loader fast. ``make bench`` shows
-both (``storage``).
+independently, so a patch or a slice decodes only the chunks it touches; its byte
+shuffle makes intensities compress well at memory speed; and it is a maintained wheel
+for every platform. Measured on the demo's people through the default pipeline
+(197 x 233 x 189, the head to the neck, one thread): the float32 z-scored image 1.6x
+with LZ4 and 1.8x with Zstd level 1, as float16 1.8x and 2.2x; the valid mask about 70x
+and 200x; the int16 labels 22x and 60x. LZ4 decodes about 2.5 GB/s a thread against
+Zstd's 1.3-1.5 GB/s, which is why the shipped pipelines use LZ4: they reach their size
+goal with it and keep the loader fast. ``make bench`` (storage) shows both.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -34,6 +36,10 @@ COMPRESSED_SUFFIX = ".b2nd"
 # template-sized volume, so that a 2.5D slice item decodes one chunk and a 96^3 patch
 # 13 of 25 (a region decodes the chunks it touches, whole).
 CHUNK_ROWS = 8
+# Bytes of a block, the unit the codec works on inside a chunk (blosc2 picked about
+# this for the demo's volumes itself); a block holds whole slices, a power of two of them,
+# so that a decoded chunk is its slices in C order (see decode_into).
+BLOCK_BYTES = 1 << 18
 # Zstd level 1: levels 3-9 made the demo's images 2-4% smaller at 2-5x the write time.
 _LEVELS = {"lz4": 5, "zstd": 1}
 
@@ -73,9 +79,15 @@ def write_compressed(fh, path: Path, array: np.ndarray, compression: str) -> Non
     cparams = blosc2.CParams(codec=codec, clevel=_LEVELS[compression],
                              filters=[_filter(array.dtype)], typesize=array.dtype.itemsize,
                              nthreads=1)
-    chunks = ((min(CHUNK_ROWS, array.shape[0]),) + array.shape[1:]
-              if array.ndim and array.size else None)
-    stored = blosc2.asarray(array, cparams=cparams, chunks=chunks)
+    chunks = blocks = None
+    if array.ndim and array.size:
+        rows = min(CHUNK_ROWS, array.shape[0])
+        plane = math.prod(array.shape[1:]) * array.itemsize
+        block_rows = 1
+        while block_rows * 2 <= rows and block_rows * 2 * plane <= BLOCK_BYTES:
+            block_rows *= 2
+        chunks, blocks = (rows,) + array.shape[1:], (block_rows,) + array.shape[1:]
+    stored = blosc2.asarray(array, cparams=cparams, chunks=chunks, blocks=blocks)
     fh.write(stored.to_cframe())
 
 
@@ -97,7 +109,9 @@ def open_tensor(path: str | os.PathLike) -> Any:
     if is_compressed(path):
         import blosc2
 
-        return blosc2.open(str(path), mode="r")
+        # One decoding thread: the loader reads items in threads of its own, and blosc2's
+        # default (as many as cores) made them compete (a volume took 1.5x longer).
+        return blosc2.open(str(path), mode="r", dparams=blosc2.DParams(nthreads=1))
     return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
@@ -107,6 +121,39 @@ def read_tensor(path: str | os.PathLike, mmap: bool = True) -> np.ndarray:
     if is_compressed(path):
         return open_tensor(path)[...]
     return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+_SCRATCH = threading.local()
+
+
+def decode_into(stored: Any, dst: np.ndarray,
+                copy: Callable[[np.ndarray, np.ndarray], None] = np.copyto) -> bool:
+    """Decode all of a blosc2 ``NDArray`` into ``dst`` (its shape, any dtype), one chunk
+    at a time through a small per-thread buffer, ``copy(dst_rows, decoded_rows)`` casting
+    each while it is in the CPU cache; True when done.
+
+    Slicing (``stored[...]``) makes a new array of the whole volume, whose every page
+    faults on first touch: decoding into a reused chunk buffer instead made a float16
+    volume read 1.6x faster. It needs chunks and blocks of whole slices, which
+    :func:`write_compressed` writes; for another layout it returns False and the caller
+    slices.
+    """
+    shape = tuple(stored.shape)
+    if (not stored.ndim or tuple(stored.chunks[1:]) != shape[1:]
+            or tuple(stored.blocks[1:]) != shape[1:] or stored.chunks[0] % stored.blocks[0]):
+        return False
+    rows = int(stored.chunks[0])
+    need = rows * math.prod(shape[1:]) * stored.dtype.itemsize
+    buffer = getattr(_SCRATCH, "buffer", None)
+    if buffer is None or buffer.nbytes < need:
+        buffer = _SCRATCH.buffer = np.empty(need, dtype=np.uint8)
+    chunk = buffer[:need].view(stored.dtype).reshape((rows,) + shape[1:])
+    for i in range(stored.schunk.nchunks):
+        stored.schunk.decompress_chunk(i, dst=chunk)
+        first = i * rows
+        n = min(rows, shape[0] - first)  # the last chunk is padded to the chunk shape
+        copy(dst[first:first + n], chunk[:n])
+    return True
 
 
 def chunk_rows(stored: Any) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from mriprep.core.errors import InputError, ManifestError
@@ -22,6 +23,7 @@ examples:
   mriprep manifest validate data_manifests/example.csv
   mriprep manifest validate cohort.tsv --headers      # also check every image header
   mriprep manifest from-bids /data/ds000001 -o cohort.csv
+  mriprep manifest from-bids /data/ds000001 -o cohort.csv --labels fmriprep
   mriprep manifest from-bids /data/ds000001 -o cohort.csv --labels fastsurfer --force
 
 exit status: 0 no problems, 1 problems found (each printed with its line), 2 usage error
@@ -71,9 +73,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "Write a manifest listing every sub-*/[ses-*/]anat/*_T1w.nii[.gz] of a BIDS\n"
             "dataset, sorted, with paths relative to the manifest. The split column is\n"
             "left empty: assign splits by subject afterwards. Several T1w images in one\n"
-            "session get session ids made of their entities (ses-1_run-2)."
+            "session get session ids made of their entities (ses-1_run-2). The columns\n"
+            "of participants.tsv (n/a written as an empty cell) and the entities (ses,\n"
+            "acq, run, ...) are kept as metadata columns, for `mriprep splits --stratify`."
         ),
-        epilog="example:\n  mriprep manifest from-bids /data/ds000001 -o cohort.csv",
+        epilog=(
+            "examples:\n"
+            "  mriprep manifest from-bids /data/ds000001 -o cohort.csv\n"
+            "  # BIDS derivatives: derivatives/fmriprep/sub-01/anat/sub-01_desc-aseg_dseg.nii.gz\n"
+            "  mriprep manifest from-bids /data/ds000001 -o cohort.csv --labels fmriprep\n"
+            "  # FastSurfer: derivatives/fastsurfer/sub-01/mri/aparc.DKTatlas+aseg.deep.mgz,\n"
+            "  # paired with the mri/orig.mgz it lies on (the T1w is on another grid)\n"
+            "  mriprep manifest from-bids /data/ds000001 -o cohort.csv --labels fastsurfer"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from_bids.add_argument("bids_dir", type=Path, help="the BIDS dataset folder")
@@ -84,8 +96,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--labels",
         metavar="NAME",
         help=(
-            "pair each T1w with derivatives/NAME/<same folder>/<entities>_dseg.nii[.gz] "
-            "when it exists"
+            "pair each T1w with a label map under derivatives/NAME/: a BIDS "
+            "<same folder>/<entities>[_desc-D]_dseg.nii[.gz], else a FastSurfer/FreeSurfer "
+            "<sub>[_<ses>]/mri/aparc.DKTatlas+aseg.deep.mgz or mri/aseg.mgz, whose row then "
+            "takes mri/orig.mgz (the label's grid) as its image"
+        ),
+    )
+    from_bids.add_argument(
+        "--labels-desc",
+        metavar="DESC",
+        help=(
+            "take the dseg with desc-DESC ('' for the one without desc-); default: the "
+            "only dseg of the image, else desc-aseg, else an error listing them"
         ),
     )
     from_bids.add_argument(
@@ -98,7 +120,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if args.action == "validate":
         return _validate(args.manifest, args.check_files, args.headers)
-    return _from_bids(args.bids_dir, args.output, args.labels, args.force)
+    return _from_bids(args.bids_dir, args.output, args.labels, args.labels_desc, args.force)
 
 
 def _validate(path: Path, check_files: bool, headers: bool) -> int:
@@ -140,8 +162,10 @@ def _summary(manifest) -> str:
     return f"{len(manifest)} row(s), {n_subjects} subject(s) ({counts})"
 
 
-def _from_bids(bids_dir: Path, output: Path, labels: str | None, force: bool) -> int:
-    from mriprep.inputs.bids import manifest_from_bids
+def _from_bids(
+    bids_dir: Path, output: Path, labels: str | None, labels_desc: str | None, force: bool
+) -> int:
+    from mriprep.inputs.bids import CONFORMED_IMAGE, manifest_from_bids
     from mriprep.inputs.manifest import read_manifest, write_manifest
 
     if output.exists() and not force:
@@ -150,7 +174,14 @@ def _from_bids(bids_dir: Path, output: Path, labels: str | None, force: bool) ->
             file=sys.stderr,
         )
         return ExitCode.USAGE
-    rows = manifest_from_bids(bids_dir, labels=labels)
+    # The library warns (images without a label map, subjects participants.tsv lacks);
+    # here they become one plain line each instead of Python's file:line form.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        rows = manifest_from_bids(bids_dir, labels=labels, labels_desc=labels_desc)
+    for warning in caught:
+        if issubclass(warning.category, UserWarning):
+            print(f"mriprep manifest: warning: {warning.message}", file=sys.stderr)
     write_manifest(rows, output)
     try:
         manifest = read_manifest(output)
@@ -164,4 +195,10 @@ def _from_bids(bids_dir: Path, output: Path, labels: str | None, force: bool) ->
         f"wrote {output}: {_summary(manifest)}, {n_labels} with a label map; "
         "splits are unassigned"
     )
+    conformed = sum(row.image.name == CONFORMED_IMAGE for row in manifest)
+    if conformed:
+        print(
+            f"{conformed} row(s) take FastSurfer/FreeSurfer's mri/{CONFORMED_IMAGE} as image: "
+            "their label map lies on that conformed grid, not on the T1w's"
+        )
     return ExitCode.OK

@@ -16,7 +16,9 @@ from mriprep.core.exit_codes import ExitCode
 from mriprep.core.findings import Severity
 from mriprep.splits import (
     Assignment,
+    FoldAssignment,
     SplitsReport,
+    assign_folds,
     assign_splits,
     check_manifest_splits,
     parse_fractions,
@@ -28,10 +30,16 @@ examples:
   mriprep splits cohort.csv
   mriprep splits cohort.csv --assign train=0.8,val=0.1,test=0.1 --seed 7 -o cohort-split.csv
   mriprep splits cohort.csv --assign train=0.7,val=0.15,test=0.15 --stratify site -o out.csv
+  mriprep splits cohort.csv --assign train=0.8,test=0.2 --folds 5 --stratify site -o out.csv
 
-Splits are drawn per subject from a hash of its id and the seed: the same seed always gives
-the same splits, and adding subjects later moves none of the existing ones. Subjects that
-already have a split keep it unless --reassign is given.
+Splits are assigned per subject, in counts within one subject of the fractions (in each
+--stratify value too), none empty unless its fraction is 0; the order subjects are drawn
+in comes from a hash of the id and the seed, so the same seed and cohort give the same
+splits. Subjects that already have a split keep it unless --reassign is given: to grow a
+cohort, add rows without a split to the assigned manifest and assign again; the new
+subjects fill the quotas of the grown cohort. --folds K adds a 'fold' column (1..K) for
+K-fold cross-validation among the subjects of --folds-of (default train), by subject and
+stratified like the splits; existing folds are kept the same way.
 
 exit status: 0 sound (or assigned and written), 1 problems found, 2 usage error
 """
@@ -63,7 +71,13 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--reassign", action="store_true", help="draw every subject again, ignoring existing splits"
     )
-    p.add_argument("-o", "--output", type=Path, help="manifest to write (with --assign)")
+    p.add_argument("--folds", type=int, metavar="K",
+                   help="add a 'fold' column (1..K): K-fold cross-validation by subject")
+    p.add_argument("--folds-of", metavar="SPLIT", default="train",
+                   help="the split whose subjects are dealt into folds (default train; "
+                        "'all': every subject)")
+    p.add_argument("-o", "--output", type=Path,
+                   help="manifest to write (with --assign or --folds)")
     p.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
     p.add_argument(
         "--no-hash",
@@ -86,16 +100,19 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.manifest.is_file():
         return _usage(f"manifest {args.manifest} does not exist or is not a file")
-    if args.assign is None and (args.output or args.stratify or args.reassign):
-        return _usage("-o, --stratify and --reassign only apply with --assign")
+    writing = args.assign is not None or args.folds is not None
+    if not writing and (args.output or args.stratify or args.reassign):
+        return _usage("-o, --stratify and --reassign only apply with --assign or --folds")
     fractions = None
     if args.assign is not None:
         try:
             fractions = parse_fractions(args.assign)
         except ValueError as exc:
             return _usage(f"--assign {args.assign!r}: {exc}")
+    if writing:
         if args.output is None:
-            return _usage("--assign needs -o OUTPUT, the manifest to write")
+            given = "--assign" if args.assign is not None else "--folds"
+            return _usage(f"{given} needs -o OUTPUT, the manifest to write")
         if args.output.exists() and not args.force:
             return _usage(f"{args.output} already exists; pass --force to overwrite it")
     try:
@@ -106,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  - {problem}")
         return ExitCode.PROBLEMS
 
-    if fractions is None:
+    if not writing:
         report = check_manifest_splits(manifest, args.hash_files, args.workers)
         _emit(args, report)
         return ExitCode.OK if report.ok else ExitCode.PROBLEMS
@@ -117,20 +134,28 @@ def run(args: argparse.Namespace) -> int:
             f"--stratify {args.stratify!r} is not a column of {args.manifest} "
             f"(extra columns: {columns})"
         )
+    assignment = folds = None
+    rows = list(manifest.rows)
     try:
-        assignment = assign_splits(
-            manifest.rows, fractions, args.seed, args.stratify, args.reassign
-        )
+        if fractions is not None:
+            assignment = assign_splits(rows, fractions, args.seed, args.stratify,
+                                       args.reassign)
+            rows = assignment.rows
+        if args.folds is not None:
+            within = None if args.folds_of == "all" else args.folds_of
+            folds = assign_folds(rows, args.folds, args.seed, args.stratify, within,
+                                 args.reassign)
+            rows = folds.rows
     except ValueError as exc:
         print(f"mriprep splits: cannot assign: {exc}", file=sys.stderr)
         return ExitCode.PROBLEMS
-    assigned = Manifest(path=args.output, rows=tuple(assignment.rows))
+    assigned = Manifest(path=args.output, rows=tuple(rows))
     report = check_manifest_splits(assigned, args.hash_files, args.workers)
     report.manifest = str(args.manifest)
     written = None
     if report.ok:
-        written = write_manifest(assignment.rows, args.output)
-    _emit(args, report, assignment, written)
+        written = write_manifest(rows, args.output)
+    _emit(args, report, assignment, written, folds)
     return ExitCode.OK if report.ok else ExitCode.PROBLEMS
 
 
@@ -139,6 +164,7 @@ def _emit(
     report: SplitsReport,
     assignment: Assignment | None = None,
     written: Path | None = None,
+    folds: FoldAssignment | None = None,
 ) -> None:
     if args.json:
         doc = report.to_json()
@@ -147,15 +173,21 @@ def _emit(
                 "fractions": parse_fractions(args.assign),
                 "seed": args.seed,
                 "stratify": args.stratify,
+                "targets": assignment.targets,
                 "assigned_subjects": assignment.assigned,
                 "kept_subjects": assignment.kept,
                 "strata": assignment.strata,
                 "notes": assignment.notes,
-                "output": str(written) if written else None,
             }
+        if folds is not None:
+            doc["folds"] = {"k": folds.folds, "of": args.folds_of, "sizes": folds.sizes,
+                            "assigned_subjects": folds.assigned, "kept_subjects": folds.kept,
+                            "strata": folds.strata, "notes": folds.notes}
+        if assignment is not None or folds is not None:
+            doc["output"] = str(written) if written else None
         print(json.dumps(doc, indent=2))
         return
-    print(render(report, assignment, args, written))
+    print(render(report, assignment, args, written, folds))
 
 
 def render(
@@ -163,6 +195,7 @@ def render(
     assignment: Assignment | None,
     args: argparse.Namespace,
     written: Path | None,
+    folds: FoldAssignment | None = None,
 ) -> str:
     """The result as text for people: counts per split, findings, verdict."""
     subjects = sum(c["subjects"] for c in report.splits.values())
@@ -173,26 +206,38 @@ def render(
         )
     if assignment is not None:
         lines.append(
-            f"  assigned {assignment.assigned} subject(s) by hash (seed {args.seed}), "
-            f"kept the split of {assignment.kept}"
+            f"  assigned {assignment.assigned} subject(s) in the order of their hash "
+            f"(seed {args.seed}), kept the split of {assignment.kept}"
         )
-    lines += ["", f"{'split':<12}{'subjects':>9}{'scans':>8}"]
+    targets = assignment.targets if assignment is not None else {}
+    lines += ["", f"{'split':<12}{'subjects':>9}{'scans':>8}"
+                  + (f"{'asked':>8}" if targets else "")]
     for split, counts in report.splits.items():
-        lines.append(f"{split or '(none)':<12}{counts['subjects']:>9}{counts['scans']:>8}")
+        asked = f"{targets[split]:>8}" if split in targets else ""
+        lines.append(f"{split or '(none)':<12}{counts['subjects']:>9}{counts['scans']:>8}"
+                     + asked)
     if assignment is not None and assignment.strata:
         names = list(parse_fractions(args.assign))
         lines += ["", f"{args.stratify:<16}" + "".join(f"{n:>8}" for n in names)]
         for value, counts in assignment.strata.items():
             lines.append(f"{value:<16}" + "".join(f"{counts[n]:>8}" for n in names))
-    for note in assignment.notes if assignment else []:
-        lines.append(f"note: {note}")
+    if folds is not None:
+        lines += ["", f"{folds.folds} folds of {args.folds_of} (column 'fold'): "
+                      f"assigned {folds.assigned} subject(s), kept {folds.kept}",
+                  f"{'fold':<16}" + "".join(f"{f:>6}" for f in folds.sizes),
+                  f"{'subjects':<16}" + "".join(f"{n:>6}" for n in folds.sizes.values())]
+        for value, counts in folds.strata.items():
+            lines.append(f"{value:<16}" + "".join(f"{n:>6}" for n in counts.values()))
+    notes = (assignment.notes if assignment else []) + (folds.notes if folds else [])
+    for note in notes:
+        lines.append(f"WARNING {note}")
     if report.findings:
         lines.append("")
     for finding in sorted(report.findings, key=lambda f: (f.severity != Severity.ERROR, f.code)):
         lines.append(f"{finding.severity.upper():<8}{finding.code:<20}{finding.message}")
     verdict = "OK" if report.ok else "FAILED"
     lines += ["", f"{verdict}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"]
-    if assignment is not None:
+    if assignment is not None or folds is not None:
         lines.append(
             f"wrote {written}" if written else "nothing written: fix the errors above first"
         )

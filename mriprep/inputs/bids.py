@@ -1,113 +1,467 @@
-"""Turn a BIDS dataset folder into manifest rows.
+"""Turn a BIDS dataset folder into manifest rows, through pybids.
 
-Scans ``sub-*/anat/*_T1w.nii[.gz]`` and ``sub-*/ses-*/anat/*_T1w.nii[.gz]``. The subject id
-is the ``sub-`` folder name (``sub-01``, as in BIDS ``participants.tsv``), the session id the
-``ses-`` folder name. When one subject and session hold several T1w images (``acq-``,
-``run-``, ... entities), each gets the session id made of its own entities (for example
-``ses-1_run-2``; without a session folder, ``run-2``, and ``""`` for the file with no
-extra entity), so every row stays unique and is cached separately. Rows come out sorted
-by path: the same folder always gives the same manifest.
+pybids indexes the dataset as BIDS defines it (``sourcedata/``, ``code/``, ``derivatives/``
+and hidden folders are not scanned), so only the dataset's own
+``sub-*/[ses-*/]anat/*_T1w.nii[.gz]`` become rows. The subject id is ``sub-01`` (as in
+``participants.tsv``), the session id ``ses-1``. When one subject and session hold several
+T1w images (``acq-``, ``run-``, ... entities), each gets the session id made of its own
+entities (for example ``ses-1_run-2``; without a session, ``run-2``, and ``""`` for the
+file with no extra entity), so every row stays unique and is cached separately. Rows come
+out sorted by path: the same folder always gives the same manifest.
 
-Label maps are optional: with ``labels="NAME"``, a T1w image
-``sub-01/ses-1/anat/sub-01_ses-1_T1w.nii.gz`` is paired with
-``derivatives/NAME/sub-01/ses-1/anat/sub-01_ses-1_dseg.nii.gz`` (or ``.nii``) when it
-exists, following the BIDS derivatives naming of discrete segmentations.
+Metadata columns, so that ``mriprep splits --stratify site`` works on the manifest:
+
+- ``bids_entities``: the file's full entity string (``sub-01_ses-1_run-2``);
+- one column per entity the T1w file names use besides ``sub`` (``ses``, ``acq``,
+  ``run``, ...), holding the value as written (``run-02`` gives ``02``), empty for a file
+  without that entity;
+- every column of ``participants.tsv`` but ``participant_id``, read as text exactly as
+  written. BIDS writes a missing value ``n/a``; it becomes an empty cell, the manifest's
+  one spelling of "missing", which a subject that ``participants.tsv`` does not list gets
+  too, so both fall in the same ``(empty)`` stratum. A column whose name a manifest or
+  entity column already uses is renamed ``participants_<name>``. The file is read here,
+  not through pybids, whose pandas reading turns ``007`` into ``7``.
+
+Label maps are optional: ``labels="NAME"`` pairs images with label maps under
+``derivatives/NAME/``, in either of two layouts (a folder may hold both):
+
+- BIDS derivatives (fMRIPrep, or any tool naming its outputs the BIDS way): a
+  ``*_dseg.nii[.gz]`` in the image's folder (``derivatives/NAME/sub-01/ses-1/anat/``)
+  whose entities are the image's, plus an optional ``desc-``:
+  ``sub-01_ses-1_desc-aseg_dseg.nii.gz``. A file with any other entity (``space-``,
+  ``res-``) never matches: in BIDS derivatives only a file without them is in the source
+  image's space, the one grid a manifest label may lie on. Among several
+  matches the rule is: the only one; else ``desc-aseg``; else an error listing them.
+  ``labels_desc`` (``--labels-desc``) picks one ``desc-`` value instead (``""`` the file
+  without ``desc-``); an image without that one is then reported as unlabelled.
+- FastSurfer / FreeSurfer subject folders, used when no dseg matches: ``<sub>_<ses>``,
+  ``<sub>`` or ``<entities>`` (``sub-01_ses-1``, ``sub-01``, ``sub-01_run-2``) holding
+  ``mri/aparc.DKTatlas+aseg.deep.mgz`` (FastSurfer's segmentation, preferred) or
+  ``mri/aseg.mgz`` (FreeSurfer's). Both lie on the conformed grid (1 mm, 256^3, LIA), not
+  on the T1w's grid, and a label map must lie on its image's exact grid (see
+  :func:`mriprep.inputs.labels.check_same_grid`): paired with the T1w, every such row
+  would fail validation and preprocessing. So the row's image is that folder's
+  ``mri/orig.mgz``, the conformed T1w the segmentation was computed on, the very pair
+  FastSurfer trains on; ``bids_entities`` still names the source T1w. A folder that two
+  images would share is refused (its orig.mgz is one image).
+
+A ``derivatives/NAME`` that is missing or holds no label map at all, or whose label maps
+match no image, is an :class:`InputError`; some images without a label map while others
+have one is a warning listing them.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import re
+import warnings
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from mriprep.core.errors import InputError
-from mriprep.inputs.manifest import ManifestRow
+from mriprep.inputs.manifest import KNOWN_COLUMNS, ManifestRow
 
-_T1W = re.compile(r"^(?P<entities>sub-[^_]+(?:_[a-zA-Z0-9]+-[^_]+)*)_T1w\.nii(?:\.gz)?$")
-_NIFTI_SUFFIXES = (".nii.gz", ".nii")
+IMAGE_EXTENSIONS = (".nii.gz", ".nii")
+DEFAULT_DESC = "aseg"
+# In order of preference: FastSurfer's network output first, it is what its models learn.
+FREESURFER_LABELS = ("aparc.DKTatlas+aseg.deep.mgz", "aseg.mgz")
+CONFORMED_IMAGE = "orig.mgz"
+DESCRIPTION_FIELDS = ("Name", "BIDSVersion")
+_DESCRIPTION_FIX = (
+    'it must be a JSON object with at least "Name" and "BIDSVersion", e.g. '
+    '{"Name": "My study", "BIDSVersion": "1.9.0"}'
+)
+_LISTED = 20
+# FreeSurfer's subject subfolders hold hundreds of files and never a BIDS dseg: not
+# indexing them keeps a derivatives layout of a large cohort quick to build.
+_FREESURFER_FOLDERS = re.compile(
+    r"^/[^/]+/(mri|surf|label|stats|scripts|touch|tmp|trash|bem)(/|$)"
+)
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """One T1w file: its ids, its entity string and where it lies."""
+
+    subject: str
+    session: str
+    entities: str
+    image: Path
+
+    @property
+    def pairs(self) -> dict[str, str]:
+        return _entity_pairs(self.entities) or {}
 
 
 def manifest_from_bids(
-    bids_root: str | os.PathLike, labels: str | None = None
+    bids_root: str | os.PathLike,
+    labels: str | None = None,
+    labels_desc: str | None = None,
 ) -> list[ManifestRow]:
     """Manifest rows for every T1w image of a BIDS dataset.
 
     Parameters
     ----------
     bids_root : path-like
-        The dataset folder (the one holding ``sub-*`` folders).
+        The dataset folder (the one holding ``dataset_description.json`` and ``sub-*``).
     labels : str, optional
-        Name of a folder under ``derivatives/`` holding ``*_dseg.nii[.gz]`` label maps
-        named after the T1w images.
+        Name of a folder under ``derivatives/`` holding label maps, as BIDS
+        ``*_dseg.nii[.gz]`` or FastSurfer/FreeSurfer subject folders (module docstring).
+    labels_desc : str, optional
+        The ``desc-`` value of the dseg to take (``""``: the one without ``desc-``);
+        by default the only match, else ``desc-aseg``.
 
     Returns
     -------
     list of ManifestRow
         Sorted by image path; absolute paths; ``split`` empty; ``row`` numbered as they
-        would be written (header = 1). ``metadata["bids_entities"]`` keeps the full entity
-        string of the file (``sub-01_ses-1_run-2``).
+        would be written (header = 1). Metadata as described in the module docstring.
 
     Raises
     ------
     InputError
-        The folder does not exist, has no ``sub-*`` folders, or has no T1w image.
+        The folder does not exist, has no ``sub-*`` folders, no valid
+        ``dataset_description.json`` or no T1w image; ``participants.tsv`` is malformed;
+        the ``labels`` folder is missing, holds no label map, or none matches an image.
+
+    Warns
+    -----
+    UserWarning
+        Images left without a label map while others have one; subjects that
+        ``participants.tsv`` does not list.
     """
-    root = Path(bids_root).expanduser().absolute()
-    if not root.is_dir():
-        raise InputError(f"BIDS folder {root} does not exist or is not a folder")
-    subjects = sorted(p for p in root.glob("sub-*") if p.is_dir())
-    if not subjects:
+    if labels_desc is not None and not labels:
         raise InputError(
-            f"{root} has no sub-* folders, so it is not a BIDS dataset root; point at the "
-            "folder that holds sub-01/, sub-02/, ..."
+            f"labels_desc {labels_desc!r} (--labels-desc) is given without labels "
+            "(--labels NAME): name the derivatives folder too"
         )
-    found = []
-    for subject in subjects:
-        for anat in _anat_folders(subject):
-            for image in sorted(anat.iterdir()):
-                match = _T1W.match(image.name)
-                # A broken symlink is kept (an un-fetched DataLad/git-annex file): the
-                # manifest's validation then reports it as missing instead of dropping it.
-                if match and (image.is_file() or image.is_symlink()):
-                    session = anat.parent.name if anat.parent != subject else ""
-                    found.append((subject.name, session, match["entities"], image))
-    if not found:
-        raise InputError(
-            f"no T1w image found under {root} (looked for sub-*/anat/*_T1w.nii[.gz] and "
-            "sub-*/ses-*/anat/*_T1w.nii[.gz]); check the folder and the file names"
-        )
-    per_scan = {}
-    for subject, session, _, _ in found:
-        per_scan[(subject, session)] = per_scan.get((subject, session), 0) + 1
+    root = _dataset_root(bids_root)
+    scans = _t1w_scans(root)
+    pairs = _pair_labels(root, labels, labels_desc, scans) if labels else {}
+    entity_columns = list(dict.fromkeys(k for s in scans for k in s.pairs if k != "sub"))
+    taken = set(KNOWN_COLUMNS) | {"bids_entities", *entity_columns}
+    participants = _participants(root, taken, sorted({s.subject for s in scans}))
+    per_scan = Counter((s.subject, s.session) for s in scans)
     rows = []
-    for number, (subject, session, entities, image) in enumerate(found, start=2):
-        if per_scan[(subject, session)] > 1:
+    for number, scan in enumerate(scans, start=2):
+        session = scan.session
+        if per_scan[(scan.subject, scan.session)] > 1:
             # Several T1w in one session: the entities after sub- tell them apart.
-            session = entities.split("_", 1)[1] if "_" in entities else ""
-        label = _label_for(root, labels, image, entities) if labels else None
+            session = scan.entities.split("_", 1)[1] if "_" in scan.entities else ""
+        image, label = pairs.get(scan.image, (scan.image, None))
+        metadata = {"bids_entities": scan.entities}
+        metadata.update({k: scan.pairs.get(k, "") for k in entity_columns})
+        metadata.update(participants.get(scan.subject, {}))
         rows.append(
             ManifestRow(
                 row=number,
-                subject_id=subject,
+                subject_id=scan.subject,
                 session_id=session,
                 image=image,
                 label=label,
-                metadata={"bids_entities": entities},
+                metadata=metadata,
             )
         )
     return rows
 
 
-def _anat_folders(subject: Path) -> list[Path]:
-    folders = [subject / "anat"]
-    folders += [s / "anat" for s in sorted(subject.glob("ses-*")) if s.is_dir()]
-    return [f for f in folders if f.is_dir()]
+# --------------------------------------------------------------------------- the dataset
 
 
-def _label_for(root: Path, labels: str, image: Path, entities: str) -> Path | None:
-    folder = root / "derivatives" / labels / image.parent.relative_to(root)
-    for suffix in _NIFTI_SUFFIXES:
-        candidate = folder / f"{entities}_dseg{suffix}"
-        if candidate.is_file():
-            return candidate
+def _dataset_root(bids_root: str | os.PathLike) -> Path:
+    root = Path(bids_root).expanduser().absolute()
+    if not root.is_dir():
+        raise InputError(f"BIDS folder {root} does not exist or is not a folder")
+    if not any(p.is_dir() for p in root.glob("sub-*")):
+        raise InputError(
+            f"{root} has no sub-* folders, so it is not a BIDS dataset root; point at the "
+            "folder that holds sub-01/, sub-02/, ..."
+        )
+    _check_description(root / "dataset_description.json")
+    return root
+
+
+def _check_description(path: Path) -> None:
+    """pybids without validation indexes a folder lacking it, but such a folder is
+    usually a copied part of a dataset or a half-made one: say so before indexing."""
+    if not path.is_file():
+        raise InputError(
+            f"{path} does not exist; every BIDS dataset root has one: write it "
+            f"({_DESCRIPTION_FIX})"
+        )
+    try:
+        description = json.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text ({exc.reason}); {_DESCRIPTION_FIX}") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+            f"fix it: {_DESCRIPTION_FIX}"
+        ) from exc
+    if not isinstance(description, dict):
+        raise InputError(f"{path} holds a {type(description).__name__}; {_DESCRIPTION_FIX}")
+    missing = [name for name in DESCRIPTION_FIELDS if not description.get(name)]
+    if missing:
+        raise InputError(f"{path} lacks {', '.join(missing)}; {_DESCRIPTION_FIX}")
+
+
+def _t1w_scans(root: Path) -> list[_Scan]:
+    from bids import BIDSLayout
+    from bids.layout import BIDSLayoutIndexer
+
+    # The description was checked above; sidecar metadata is not needed, and reading
+    # every JSON of a large dataset is what makes indexing slow.
+    layout = BIDSLayout(
+        root, validate=False, indexer=BIDSLayoutIndexer(validate=False, index_metadata=False)
+    )
+    scans = []
+    # A broken symlink is indexed too (an un-fetched DataLad/git-annex file): the
+    # manifest's validation then reports it as missing instead of dropping it.
+    for file in layout.get(suffix="T1w", datatype="anat", extension=list(IMAGE_EXTENSIONS)):
+        entities = file.filename[: -len("_T1w" + file.entities["extension"])]
+        session = file.entities.get("session")
+        scans.append(
+            _Scan(
+                subject=f"sub-{file.entities['subject']}",
+                session=f"ses-{session}" if session else "",
+                entities=entities,
+                image=Path(file.path),
+            )
+        )
+    if not scans:
+        raise InputError(
+            f"no T1w image found under {root} (looked for sub-*/anat/*_T1w.nii[.gz] and "
+            "sub-*/ses-*/anat/*_T1w.nii[.gz]); check the folder and the file names"
+        )
+    return sorted(scans, key=lambda s: s.image)
+
+
+def _entity_pairs(entities: str) -> dict[str, str] | None:
+    """``sub-01_run-2`` -> ``{"sub": "01", "run": "2"}``; None when not BIDS-named."""
+    pairs = {}
+    for token in entities.split("_"):
+        key, dash, value = token.partition("-")
+        if not (key and dash and value) or key in pairs:
+            return None
+        pairs[key] = value
+    return pairs
+
+
+# --------------------------------------------------------------------------- participants
+
+
+def _participants(
+    root: Path, taken: set[str], subjects: list[str]
+) -> dict[str, dict[str, str]]:
+    """participants.tsv as ``{"sub-01": {"site": "A", ...}}``; empty when there is none."""
+    path = root / "participants.tsv"
+    if not path.is_file():
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text ({exc.reason}); save it as UTF-8") from exc
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t")
+    header = [name.strip() for name in next(reader, [])]
+    if "participant_id" not in header:
+        raise InputError(
+            f"{path} has no participant_id column (its columns: "
+            f"{', '.join(repr(h) for h in header) or 'none'}); BIDS requires it first, "
+            "tab-separated"
+        )
+    names = {h: f"participants_{h}" if h in taken else h for h in header if h != "participant_id"}
+    table: dict[str, dict[str, str]] = {}
+    for cells in reader:
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            raise InputError(
+                f"{path} line {reader.line_num} has {len(cells)} cells but the header has "
+                f"{len(header)} columns; participants.tsv is tab-separated, one cell per column"
+            )
+        values = dict(zip(header, (c.strip() for c in cells)))
+        subject = values["participant_id"]
+        # BIDS writes sub-01; some exports drop the prefix.
+        subject = subject if subject.startswith("sub-") else f"sub-{subject}"
+        if subject in table:
+            raise InputError(
+                f"{path} lists {subject} twice (line {reader.line_num}); keep one row per "
+                "participant"
+            )
+        table[subject] = {
+            new: "" if values[old] == "n/a" else values[old] for old, new in names.items()
+        }
+    if names:
+        unlisted = [s for s in subjects if s not in table]
+        if unlisted:
+            warnings.warn(
+                f"{path} does not list {len(unlisted)} subject(s) ({_listed(unlisted)}); "
+                f"their {', '.join(names.values())} cells are left empty",
+                stacklevel=3,
+            )
+        empty = dict.fromkeys(names.values(), "")
+        table = {s: table.get(s, empty) for s in subjects}
+    return table
+
+
+# --------------------------------------------------------------------------- label maps
+
+
+def _pair_labels(
+    root: Path, name: str, desc: str | None, scans: list[_Scan]
+) -> dict[Path, tuple[Path, Path]]:
+    """``{T1w path: (image, label)}`` for every scan that has a label map."""
+    folder = root / "derivatives" / name
+    if not folder.is_dir():
+        present = sorted(p.name for p in (root / "derivatives").glob("*") if p.is_dir())
+        holds = (
+            f"derivatives/ holds {', '.join(present)}"
+            if present
+            else "there is no pipeline folder under derivatives/"
+        )
+        raise InputError(
+            f"--labels {name!r}: label folder {folder} does not exist ({holds}); name the "
+            "folder of derivatives/ that holds the label maps"
+        )
+    dsegs = _dseg_files(folder)
+    subject_dirs = _freesurfer_subjects(folder)
+    if not dsegs and not subject_dirs:
+        raise InputError(
+            f"--labels {name!r}: {folder} holds no label map: looked for BIDS derivatives "
+            "sub-*/[ses-*/]anat/*_dseg.nii[.gz] and FastSurfer/FreeSurfer subject folders "
+            f"<subject>/mri/{' or mri/'.join(FREESURFER_LABELS)}"
+        )
+    pairs: dict[Path, tuple[Path, Path]] = {}
+    claimed: dict[Path, list[str]] = {}
+    unlabelled = []
+    for scan in scans:
+        key = (scan.image.parent.relative_to(root), frozenset(scan.pairs.items()))
+        candidates = dsegs.get(key, [])
+        if candidates:
+            label = _choose_dseg(scan, candidates, desc)
+            pair = (scan.image, label) if label else None
+        else:
+            pair = _freesurfer_pair(scan, subject_dirs)
+            if pair:
+                claimed.setdefault(pair[0], []).append(scan.entities)
+        if pair:
+            pairs[scan.image] = pair
+        else:
+            unlabelled.append(scan.entities)
+    shared = {image: names for image, names in claimed.items() if len(names) > 1}
+    if shared:
+        image, names = next(iter(shared.items()))
+        raise InputError(
+            f"{image.parent.parent} would be the label map of {len(names)} T1w images "
+            f"({', '.join(names)}), but its {CONFORMED_IMAGE} is one image; name each "
+            f"FastSurfer/FreeSurfer subject folder after its image's entities ({names[0]}/, ...)"
+        )
+    if not pairs:
+        raise InputError(
+            f"--labels {name!r}: none of the label maps in {folder} matches a T1w image; "
+            f"expected for {scans[0].image.name}: {_expected(root, folder, scans[0])}"
+        )
+    if unlabelled:
+        warnings.warn(
+            f"{len(unlabelled)} of {len(scans)} image(s) have no label map in {folder} and "
+            f"are written without one: {_listed(unlabelled)}",
+            stacklevel=3,
+        )
+    return pairs
+
+
+def _dseg_files(folder: Path) -> dict[tuple[Path, frozenset], list[tuple[str | None, Path]]]:
+    """The folder's dseg maps by (folder, entities without desc): ``[(desc, path)]``."""
+    from bids import BIDSLayout
+    from bids.layout import BIDSLayoutIndexer
+    from bids.layout.validation import DEFAULT_LOCATIONS_TO_IGNORE
+
+    ignore = [*DEFAULT_LOCATIONS_TO_IGNORE, re.compile(r"/\."), _FREESURFER_FOLDERS]
+    # is_derivative without validation: hand-made label folders rarely carry a
+    # dataset_description.json, and nothing here needs one.
+    layout = BIDSLayout(
+        folder,
+        validate=False,
+        is_derivative=True,
+        indexer=BIDSLayoutIndexer(validate=False, index_metadata=False, ignore=ignore),
+    )
+    found: dict[tuple[Path, frozenset], list[tuple[str | None, Path]]] = {}
+    for file in layout.get(suffix="dseg", extension=list(IMAGE_EXTENSIONS)):
+        path = Path(file.path)
+        pairs = _entity_pairs(file.filename[: -len("_dseg" + file.entities["extension"])])
+        if pairs is None or "sub" not in pairs:
+            continue  # not named the BIDS way: it cannot be matched to an image
+        file_desc = pairs.pop("desc", None)
+        key = (path.parent.relative_to(folder), frozenset(pairs.items()))
+        found.setdefault(key, []).append((file_desc, path))
+    return {key: sorted(files, key=lambda f: f[1]) for key, files in found.items()}
+
+
+def _choose_dseg(
+    scan: _Scan, candidates: list[tuple[str | None, Path]], desc: str | None
+) -> Path | None:
+    if desc is not None:
+        chosen = [path for d, path in candidates if (d or "") == desc]
+        if not chosen:
+            return None  # reported with the other unlabelled images
+    elif len(candidates) == 1:
+        chosen = [candidates[0][1]]
+    else:
+        chosen = [path for d, path in candidates if d == DEFAULT_DESC]
+    if len(chosen) == 1:
+        return chosen[0]
+    names = ", ".join(path.name for _, path in candidates)
+    if desc is None:
+        problem = f"none is desc-{DEFAULT_DESC}"
+    else:  # the same name as .nii and as .nii.gz
+        problem = f"{len(chosen)} are {f'desc-{desc}' if desc else 'without desc-'}"
+    raise InputError(
+        f"{scan.image.name} has {len(candidates)} label maps in {candidates[0][1].parent} "
+        f"({names}) and {problem}; choose one with --labels-desc DESC (labels_desc= in "
+        "Python; '' takes the one without desc-), or remove the extra files"
+    )
+
+
+def _freesurfer_subjects(folder: Path) -> dict[str, Path]:
+    """``{folder name: label map}`` for every FastSurfer/FreeSurfer subject folder."""
+    found = {}
+    for subject_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        for name in FREESURFER_LABELS:
+            label = subject_dir / "mri" / name
+            if label.is_file():
+                found[subject_dir.name] = label
+                break
+    return found
+
+
+def _freesurfer_pair(scan: _Scan, subject_dirs: dict[str, Path]) -> tuple[Path, Path] | None:
+    names = [scan.entities, f"{scan.subject}_{scan.session}" if scan.session else "", scan.subject]
+    for name in filter(None, names):
+        if name in subject_dirs:
+            label = subject_dirs[name]
+            image = label.parent / CONFORMED_IMAGE
+            if not image.is_file():
+                raise InputError(
+                    f"{label} has no {image.name} beside it: it is the conformed image the "
+                    "label map lies on, and the row's image (the T1w is on another grid); "
+                    "copy the subject's whole mri/ folder"
+                )
+            return image, label
     return None
+
+
+def _expected(root: Path, folder: Path, scan: _Scan) -> str:
+    relative = scan.image.parent.relative_to(root)
+    dseg = folder / relative / f"{scan.entities}_desc-{DEFAULT_DESC}_dseg.nii.gz"
+    session = f"{scan.subject}_{scan.session}" if scan.session else scan.subject
+    fastsurfer = folder / session / "mri" / FREESURFER_LABELS[0]
+    return f"{dseg} or {fastsurfer}"
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f", ... ({len(names) - _LISTED} more)" if len(names) > _LISTED else "")

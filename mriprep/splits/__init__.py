@@ -13,16 +13,25 @@ preprocessing) and ``mriprep check`` (on a cache, after):
   every pair (:func:`find_near_duplicates`);
 * :mod:`~mriprep.splits.manifest_check`: all of the above that need no tensors, on a
   manifest (:func:`check_manifest_splits`);
-* :mod:`~mriprep.splits.assignment`: a split per subject (never per scan) from a hash of
-  the subject id and a seed, so that adding subjects later does not move existing ones
-  (:func:`assign_splits`).
+* :mod:`~mriprep.splits.assignment`: a split per subject (never per scan), in counts
+  within one subject of the fractions, drawn in an order fixed by a hash of the subject
+  id and a seed, keeping existing splits as the cohort grows (:func:`assign_splits`);
+  K-fold cross-validation folds by subject (:func:`assign_folds`).
 
 Every problem is a :class:`~mriprep.core.findings.Finding`. The names below are the API
 of ``mriprep splits`` and ``mriprep check``; the modules of this package import each
 other directly.
 """
 
-from mriprep.splits.assignment import Assignment, assign_splits, parse_fractions
+from mriprep.splits.assignment import (
+    FOLD_COLUMN,
+    Assignment,
+    FoldAssignment,
+    assign_folds,
+    assign_splits,
+    parse_fractions,
+    split_targets,
+)
 from mriprep.splits.leaks import SplitMember, find_identical, find_subject_leaks, find_unassigned
 from mriprep.splits.manifest_check import SplitsReport, check_manifest_splits
 from mriprep.splits.near_duplicates import (
@@ -33,8 +42,11 @@ from mriprep.splits.near_duplicates import (
 
 __all__ = [
     "EXACT_SEARCH_MAX",
+    "FOLD_COLUMN",
     "NEAR_DUPLICATE_THRESHOLD",
     "Assignment",
+    "FoldAssignment",
+    "assign_folds",
     "SplitMember",
     "SplitsReport",
     "assign_splits",
@@ -44,4 +56,5 @@ __all__ = [
     "find_subject_leaks",
     "find_unassigned",
     "parse_fractions",
+    "split_targets",
 ]

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from mriprep.cache import Cache, IndexEntry
+from mriprep.cache.formats import decode_into
 from mriprep.core.errors import CacheError
 from mriprep.training.buffers import (
     Allocator,
@@ -359,7 +360,10 @@ class MRIDataset(Dataset):
         return {"subject_id": ref.subject_id, "session_id": ref.session_id}
 
     def _read_volume(self, entry: int, seed: int, out: dict, j: int) -> dict:
-        self._copy_region(entry, (Ellipsis,), out, j)
+        for name, dst in out.items():
+            stored = self._map(entry, name)
+            if isinstance(stored, np.ndarray) or not decode_into(stored, dst[j, 0], copy_into):
+                copy_into(dst[j, 0], stored[...])
         return {**self._identity(entry), "affine": self.affines[entry]}
 
     def _read_patch(self, index: int, seed: int, out: dict, j: int) -> dict:

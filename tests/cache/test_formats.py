@@ -126,3 +126,21 @@ def test_open_tensor_of_a_compressed_file_decodes_regions(tmp_path, brain):
     assert stored.shape == tensors["image"].shape and stored.dtype == np.float16
     np.testing.assert_array_equal(stored[..., 4], tensors["image"][..., 4])
     np.testing.assert_array_equal(stored[2], tensors["image"][2])
+
+
+def test_repair_quarantines_an_entry_whose_compressed_stream_is_damaged(tmp_path, brain):
+    from mriprep.cache import QUARANTINE_DIR
+    from mriprep.maintenance import repair_index
+
+    data, affine = brain
+    cache, entry, _ = _entry(tmp_path, brain, "float16", "lz4")
+    sound = cache.write_entry(key_of("sub-02"), _stored(data, "float16"),
+                              meta_of("sub-02", data, affine), compression="lz4")
+    cache.update_index([sound.with_split("val")])
+    _flip_inside_a_chunk(cache.tensor_path(entry.key, "label"))
+    cache.index_path.write_text("{ truncated")
+    report = repair_index(cache, splits={("sub-02", ""): "val"})  # the index gave them
+    assert list(report.quarantined) == [entry.key]
+    assert "label.b2nd" in report.quarantined[entry.key]
+    assert (cache.root / QUARANTINE_DIR / entry.key / "reason.txt").is_file()
+    assert [(e.key, e.split) for e in cache.entries()] == [(sound.key, "val")]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mriprep.inputs.manifest import ManifestRow, read_manifest, write_manifest
-from mriprep.splits.assignment import assign_splits, parse_fractions
+from mriprep.splits.assignment import assign_folds, assign_splits, parse_fractions
 from tests.splits.manifests import CLEAN, manifest_csv
 
 
@@ -42,21 +42,47 @@ def test_assignment_is_per_subject_deterministic_and_proportional():
         by_subject.setdefault(row.subject_id, set()).add(row.split)
     assert all(len(s) == 1 for s in by_subject.values())  # never split a subject
     counts = {s: sum(1 for v in by_subject.values() if v == {s}) for s in FRACTIONS}
-    assert counts["train"] == pytest.approx(800, abs=60)
-    assert counts["val"] == pytest.approx(100, abs=35) and counts["test"] == pytest.approx(
-        100, abs=35
-    )
+    assert counts == {"train": 800, "val": 100, "test": 100} == first.targets
     other_seed = assign_splits(rows, FRACTIONS, seed=4)
     assert [r.split for r in other_seed.rows] != [r.split for r in first.rows]
     assert first.assigned == 1000 and first.kept == 0
 
 
-def test_adding_subjects_moves_no_existing_one():
-    before = {r.subject_id: r.split for r in assign_splits(_rows(400), FRACTIONS, seed=1).rows}
-    # re-drawing the grown cohort from scratch: the old subjects keep their split
-    grown = assign_splits(_rows(400) + _rows(150, start=400), FRACTIONS, seed=1, reassign=True)
-    after = {r.subject_id: r.split for r in grown.rows}
-    assert all(after[s] == split for s, split in before.items())
+def test_adding_subjects_moves_no_existing_one_and_fills_the_grown_quotas():
+    before = assign_splits(_rows(400), FRACTIONS, seed=1).rows
+    grown = assign_splits(before + _rows(150, start=400), FRACTIONS, seed=1)
+    assert grown.kept == 400 and grown.assigned == 150
+    assert [r.split for r in grown.rows[:400]] == [r.split for r in before]
+    counts = {s: sum(r.split == s for r in grown.rows) for s in FRACTIONS}
+    assert counts == {"train": 440, "val": 55, "test": 55}
+
+
+@pytest.mark.parametrize("n", [5, 7, 10, 100])
+@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("stratify", [None, "site"])
+@pytest.mark.parametrize("spec", ["train=0.6,val=0.2,test=0.2", "train=0.8,val=0.1,test=0.1"])
+def test_quotas_are_met_to_within_one_subject_and_no_split_is_empty(n, seed, stratify, spec):
+    fractions = parse_fractions(spec)
+    result = assign_splits(_rows(n, sessions=2, site=lambda i: "ABC"[i % 3]), fractions,
+                           seed=seed, stratify=stratify)
+    subjects = {r.subject_id: r.split for r in result.rows}
+    for split, fraction in fractions.items():
+        count = sum(v == split for v in subjects.values())
+        assert abs(count - fraction * n) <= 1 + 1e-9, (split, count, n)
+        assert count >= 1, (split, subjects)
+    if stratify:
+        for site, counts in result.strata.items():
+            size = sum(counts.values())
+            # Each stratum as close as whole subjects allow, with the totals kept exact.
+            assert all(abs(counts[k] - f * size) < 1.5 for k, f in fractions.items()), counts
+
+
+def test_a_split_given_no_share_stays_empty_and_a_tiny_stratum_is_named():
+    result = assign_splits(_rows(6, site=lambda i: "A" if i < 5 else "B"),
+                           {"train": 0.5, "val": 0.5, "test": 0.0}, stratify="site")
+    assert {r.split for r in result.rows} == {"train", "val"}
+    assert any("site 'B' has 1 subject(s), too few for all 2 splits" in n
+               for n in result.notes), result.notes
 
 
 def test_stratified_assignment_balances_each_stratum_and_keeps_existing():
@@ -116,3 +142,48 @@ def test_written_manifest_round_trips_metadata(cohort):
     assert [r.metadata["site"] for r in read_manifest(path).rows] == [
         r.metadata["site"] for r in rows
     ]
+
+
+# -- K-fold ------------------------------------------------------------------------------
+
+
+def _folds_of(result) -> dict[str, str]:
+    folds = {}
+    for row in result.rows:
+        folds.setdefault(row.subject_id, set()).add(row.metadata["fold"])
+    assert all(len(f) == 1 for f in folds.values())  # a subject is in one fold
+    return {s: f.pop() for s, f in folds.items()}
+
+
+def test_folds_are_disjoint_by_subject_balanced_and_stratified():
+    rows = assign_splits(_rows(100, sessions=2, site=lambda i: "ABBC"[i % 4]), FRACTIONS,
+                         seed=0).rows
+    result = assign_folds(rows, 5, seed=0, stratify="site")
+    folds = _folds_of(result)
+    train = {r.subject_id for r in rows if r.split == "train"}
+    assert {s for s, f in folds.items() if f} == train  # folds among the training subjects
+    assert all(folds[s] == "" for s in folds if s not in train)
+    sizes = sorted(result.sizes.values())
+    assert sum(sizes) == 80 and sizes[-1] - sizes[0] <= 2  # StratifiedGroupKFold: 15-17
+    for site, counts in result.strata.items():
+        assert max(counts.values()) - min(counts.values()) <= 1, (site, counts)
+    again = assign_folds(rows, 5, seed=0, stratify="site")
+    assert [r.metadata["fold"] for r in again.rows] == [r.metadata["fold"] for r in result.rows]
+    other = assign_folds(rows, 5, seed=1, stratify="site")
+    assert [r.metadata["fold"] for r in other.rows] != [r.metadata["fold"] for r in result.rows]
+
+
+def test_new_subjects_join_the_folds_without_moving_anyone():
+    first = assign_folds(_rows(20), 4, seed=2, within=None)
+    grown = assign_folds(first.rows + _rows(6, start=20), 4, seed=2, within=None)
+    assert grown.kept == 20 and grown.assigned == 6
+    assert [r.metadata["fold"] for r in grown.rows[:20]] == [
+        r.metadata["fold"] for r in first.rows]
+    assert sorted(grown.sizes.values()) == [6, 6, 7, 7]
+
+
+def test_fold_requests_that_cannot_be_met_are_refused():
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        assign_folds(_rows(5), 1, within=None)
+    with pytest.raises(ValueError, match="3 subject\\(s\\), fewer than the 5 folds"):
+        assign_folds(_rows(3), 5, within=None)

@@ -10,6 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from mriprep.cli import main as cli_main
 from mriprep.inputs.manifest import read_manifest
 from mriprep.splits.assignment import assign_splits, parse_fractions
@@ -91,3 +93,26 @@ def test_cli_assign_refuses_to_write_a_leaking_manifest(cohort, capsys):
     text = capsys.readouterr().out
     assert "nothing written" in text and not out.exists()
     assert "duplicate-input" in text
+
+
+def test_cli_assigns_exact_splits_and_folds_and_prints_them(cohort, capsys):
+    from mriprep.inputs.manifest import read_manifest
+
+    source = manifest_csv(cohort, CLEAN)
+    out = cohort / "folds.csv"
+    status = cli_main(["splits", str(source), "--no-hash", "--reassign", "--assign",
+                       "train=0.5,test=0.5", "--folds", "2", "-o", str(out)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    rows = read_manifest(out, check_files=False).rows
+    subjects = {r.subject_id: (r.split, r.metadata["fold"]) for r in rows}
+    train = [s for s, (split, _) in subjects.items() if split == "train"]
+    test = [s for s, (split, _) in subjects.items() if split == "test"]
+    assert abs(len(train) - len(test)) <= 1
+    assert {subjects[s][1] for s in train} == {"1", "2"}
+    assert all(subjects[s][1] == "" for s in test)
+    assert "asked" in text and "2 folds of train (column 'fold')" in text
+    with pytest.raises(SystemExit):
+        cli_main(["splits", str(source), "--folds", "x", "-o", str(out)])
+    assert cli_main(["splits", str(source), "--no-hash", "--folds", "2"]) == 2
+    assert "--folds needs -o" in capsys.readouterr().err
