@@ -399,11 +399,22 @@ def _duplicates(rows: list[ManifestRow]) -> list[str]:
         )
     # resolve(): the same file reached through a symlink is still the same scan.
     for image, lines in _repeats(rows, lambda r: r.image.resolve()).items():
+        listed = [r for r in rows if r.row in set(lines)]
+        who = "; ".join(_who(r) for r in listed)
+        splits = {r.split for r in listed}
+        risk = ("so one scan is in two splits (a leak)" if len(splits) > 1
+                else "a scan listed twice can land in two splits (a leak)")
         problems.append(
-            f"lines {_join(lines)}: the same image {image} is listed {len(lines)} times; a "
-            "scan listed twice can land in two splits (a leak): keep one row"
+            f"lines {_join(lines)}: the same image {image} is listed {len(lines)} times "
+            f"({who}); {risk}: keep one row"
         )
     return problems
+
+
+def _who(row: ManifestRow) -> str:
+    """How a duplicate's message names a row's person: ids and split."""
+    ids = row.subject_id + (f"/{row.session_id}" if row.session_id else "")
+    return f"{ids} in {row.split!r}" if row.split else f"{ids}, no split"
 
 
 def _repeats(rows, key) -> dict:

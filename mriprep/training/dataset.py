@@ -68,6 +68,11 @@ class MRIDataset(Dataset):
         Read only the entries of this manifest's rows (a subject dropped from the cohort
         but still cached is not served); a row of ``split`` that is not cached is named
         in a warning. The split is still the index's.
+    fold : int or str, optional
+        K-fold cross-validation with the manifest's ``fold`` column (``mriprep splits
+        --folds K``): ``split="train"`` reads the subjects of every other fold, ``"val"``
+        those of fold ``fold``; another split (``"test"``) is read as without ``fold``.
+        Needs ``manifest``.
     mode : {"volume", "patch", "slice"}
         ``"volume"``: one item per entry, the whole volume ``[1, X, Y, Z]`` and its affine.
         ``"patch"``: ``samples_per_volume`` patches of ``patch_size`` per entry, each
@@ -131,6 +136,7 @@ class MRIDataset(Dataset):
         mode: str = "volume",
         *,
         manifest=None,
+        fold: int | str | None = None,
         patch_size: int | Sequence[int] | None = None,
         samples_per_volume: int | None = None,
         foreground_fraction: float | None = None,
@@ -163,7 +169,8 @@ class MRIDataset(Dataset):
         self.mode = mode
         self.transform = transform
         self.seed = int(seed)
-        self.entries: list[IndexEntry] = split_entries(self.cache, split, manifest)
+        self.fold = None if fold is None else str(fold)
+        self.entries: list[IndexEntry] = split_entries(self.cache, split, manifest, self.fold)
         self.pipeline_hash = self.entries[0].pipeline_hash
         self.labels = resolve_labels(self.cache, split, self.entries, labels)
         check_files(self.cache, self.entries, self.labels)

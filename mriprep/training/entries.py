@@ -1,7 +1,8 @@
 """The entries an :class:`~mriprep.training.dataset.MRIDataset` reads, checked at opening.
 
 From the cache index and the file sizes only (no tensor is read): :func:`split_entries`
-gives the entries of one split (of a manifest's rows only, when given one) and refuses a
+gives the entries of one split (of a manifest's rows only, when given one; of one K-fold
+fold's training or validation part, :func:`fold_entries`) and refuses a
 cache that mixes pipeline hashes or an entry that records no output grid;
 :func:`resolve_labels` decides whether label maps are read; :func:`check_files` refuses
 missing or truncated tensor files. Each refusal is a
@@ -17,10 +18,16 @@ from mriprep.cache import Cache, IndexEntry
 from mriprep.core.errors import CacheError
 
 
-def split_entries(cache: Cache, split: str, manifest=None) -> list[IndexEntry]:
+def split_entries(cache: Cache, split: str, manifest=None,
+                  fold: str | None = None) -> list[IndexEntry]:
     everything = cache.entries()
+    if fold is not None and manifest is None:
+        raise ValueError("MRIDataset: fold= needs manifest=, the manifest whose 'fold' "
+                         "column `mriprep splits --folds K` wrote")
     if manifest is not None:
-        everything = manifest_entries(cache, everything, manifest, split)
+        everything = manifest_entries(cache, everything, manifest,
+                                      split if fold is None or split not in FOLD_SPLITS
+                                      else None)
     hashes = collections.Counter(e.pipeline_hash for e in everything)
     if len(hashes) > 1:
         example = {e.pipeline_hash: e for e in reversed(everything)}
@@ -33,7 +40,10 @@ def split_entries(cache: Cache, split: str, manifest=None) -> list[IndexEntry]:
             "and test must be preprocessed by one pipeline: keep one with `mriprep cache "
             f"prune {cache.root} --pipeline NAME_OR_HASH` (it lists what it removes first)"
         )
-    entries = [e for e in everything if e.split == split]
+    if fold is not None and split in FOLD_SPLITS:
+        entries = fold_entries(everything, manifest, split, fold)
+    else:
+        entries = [e for e in everything if e.split == split]
     if not entries:
         if not everything:
             raise CacheError(
@@ -53,6 +63,31 @@ def split_entries(cache: Cache, split: str, manifest=None) -> list[IndexEntry]:
             "`mriprep run --force`"
         )
     return entries
+
+
+# The splits a fold divides: its training part and its validation part.
+FOLD_SPLITS = ("train", "val")
+
+
+def fold_entries(entries: list[IndexEntry], manifest, split: str,
+                 fold: str) -> list[IndexEntry]:
+    """Fold ``fold``'s training part (``split="train"``: the subjects of every other fold)
+    or validation part (``"val"``), from the manifest's ``fold`` column."""
+    from mriprep.check.manifest import manifest_name, manifest_rows
+    from mriprep.splits import FOLD_COLUMN
+
+    folds = {r.key: r.metadata.get(FOLD_COLUMN, "") for r in manifest_rows(manifest)}
+    known = sorted({f for f in folds.values() if f}, key=lambda f: (len(f), f))
+    if not known:
+        raise CacheError(
+            f"{manifest_name(manifest)} has no {FOLD_COLUMN!r} column (or it is empty); "
+            "write one with `mriprep splits MANIFEST --folds K -o OUT`"
+        )
+    if fold not in known:
+        raise CacheError(f"fold {fold!r} is not in {manifest_name(manifest)}, whose folds "
+                         f"are {', '.join(known)}")
+    keep = (lambda f: f and f != fold) if split == "train" else (lambda f: f == fold)
+    return [e for e in entries if keep(folds.get(e.identity, ""))]
 
 
 def resolve_labels(cache: Cache, split: str, entries: list[IndexEntry], labels) -> bool:
@@ -94,17 +129,19 @@ def check_files(cache: Cache, entries: list[IndexEntry], labels: bool) -> None:
         )
 
 
-def manifest_entries(cache: Cache, entries: list[IndexEntry], manifest, split: str
+def manifest_entries(cache: Cache, entries: list[IndexEntry], manifest, split: str | None
                      ) -> list[IndexEntry]:
-    """The entries of the manifest's rows only; a row of ``split`` that is not cached is
-    named in a warning (``mriprep check --manifest`` makes it an error)."""
+    """The entries of the manifest's rows only; a row of ``split`` (of any split when
+    None) that is not cached is named in a warning (``mriprep check --manifest`` makes
+    it an error)."""
     from mriprep.check.manifest import manifest_name, manifest_rows
 
     rows = manifest_rows(manifest)
     wanted = {r.key for r in rows}
     kept = [e for e in entries if e.identity in wanted]
     cached = {e.identity for e in kept}
-    missing = [r.name for r in rows if r.key not in cached and r.split == split]
+    missing = [r.name for r in rows if r.key not in cached
+               and (split is None or r.split == split)]
     if missing:
         warnings.warn(
             f"MRIDataset: {len(missing)} row(s) of split {split!r} in "

@@ -132,6 +132,9 @@ sub-06,,images,train
         ("lines 2, 8:", "sub-01_T1w.nii.gz is listed 2 times"),
         ("lines 4, 7:", "sub-02_T1w.nii.gz is listed 2 times"),
         ("lines 5, 6:", "sub-03_T1w.nii.gz is listed 2 times"),
+        # The duplicates name their people and splits, not only lines and a path.
+        ("lines 2, 8:", "(sub-01 in 'train'; sub-05/ses-1 in 'test'); so one scan is in two "
+                        "splits (a leak)"),
     ]
     for where, what in expected:
         assert any(p.startswith(where) and what in p for p in problems), (where, what, problems)

@@ -176,3 +176,32 @@ def test_dataset_reads_only_the_manifest_rows(small_cache, tmp_path):
         ds = MRIDataset(small_cache, "train", manifest=manifest)
     assert ds.subject_ids == ["sub-00", "sub-02"]
     assert np.asarray(ds[1]["image"]).shape[0] == 1
+
+
+def test_dataset_serves_a_k_fold_split_from_the_manifest_fold_column(tmp_path):
+    from mriprep.splits import assign_folds
+    from mriprep.training import MRIDataset
+
+    root = build_template_cache(tmp_path / "cache", splits={"train": 6, "test": 1}, step=8)
+    rows = [ManifestRow(0, e.subject_id, "", tmp_path / f"{e.subject_id}.nii.gz",
+                        split=e.split) for e in Cache(root).entries()]
+    folds = assign_folds(rows, 3, seed=0)
+    manifest = write_manifest(folds.rows, tmp_path / "folds.csv")
+    fold_of = {r.subject_id: r.metadata["fold"] for r in folds.rows}
+    seen = set()
+    for k in ("1", "2", "3"):
+        train = MRIDataset(root, "train", manifest=manifest, fold=k).subject_ids
+        val = MRIDataset(root, "val", manifest=manifest, fold=int(k)).subject_ids
+        assert val and train and not set(train) & set(val)
+        assert {fold_of[s] for s in val} == {k} and k not in {fold_of[s] for s in train}
+        assert len(train) + len(val) == 6
+        seen |= set(val)
+    assert len(seen) == 6  # every training subject validates once
+    assert MRIDataset(root, "test", manifest=manifest, fold=1).subject_ids == ["sub-06"]
+    with pytest.raises(CacheError, match=r"fold '4' is not in .*folds are 1, 2, 3"):
+        MRIDataset(root, "val", manifest=manifest, fold=4)
+    with pytest.raises(ValueError, match="fold= needs manifest="):
+        MRIDataset(root, "val", fold=1)
+    plain = write_manifest(rows, tmp_path / "plain.csv")
+    with pytest.raises(CacheError, match="no 'fold' column.*--folds K"):
+        MRIDataset(root, "val", manifest=plain, fold=1)
