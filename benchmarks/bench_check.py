@@ -10,7 +10,7 @@ Two measurements (nothing is asserted; the numbers are printed and returned):
    with 1 thread and with the default thread count.
 2. Scaling of the index checks with 1k, 3k and 10k small entries: ``check_index`` on
    synthetic index entries and fingerprints (pipeline, split leaks, identical inputs and
-   tensors, near-duplicate search with planted duplicates), with the exact all-pairs
+   tensors, identity search with planted rescans), with the exact all-pairs
    search and the LSH search side by side, and optionally the full ``check_cache`` over
    real caches of small (16^3) entries.
 
@@ -33,7 +33,6 @@ import numpy as np
 from mriprep import check as chk
 from mriprep.cache import Cache, IndexEntry, file_record
 from mriprep.check.index import check_index
-from mriprep.check.tensors import FINGERPRINT_BLOCKS, block_edges
 from mriprep.core.hashing import checksum_file
 
 PIPELINE = hashlib.sha256(b"bench pipeline").hexdigest()
@@ -166,30 +165,11 @@ def _require_ok(report: chk.CheckReport) -> None:
 
 
 def synthetic_index(n: int, duplicates: int = 10, seed: int = 0) -> tuple[dict, dict, set]:
-    """Index entries and fingerprints of ``n`` distinct subjects, with planted
-    near-duplicates.
+    """Index entries and identity fingerprints of ``n`` distinct subjects, with planted
+    rescans under other ids (:func:`benchmarks.bench_identity.synthetic_descriptors`)."""
+    from benchmarks.bench_identity import synthetic_descriptors
 
-    Fingerprints are the template's 8x8x8 block means plus a per-subject low-rank
-    deviation and noise; each planted duplicate is a copy of another subject's fingerprint
-    with a little noise, under another id.
-    """
-    from mriprep.inputs.templates import load_template
-
-    data = load_template("mni152").data
-    base = data
-    for axis, n_axis in enumerate(data.shape):
-        base = np.add.reduceat(base, block_edges(n_axis, FINGERPRINT_BLOCKS), axis=axis)
-    base = base.ravel() / base.max()
-    rng = np.random.default_rng(seed)
-    modes = rng.standard_normal((40, base.size)) * 0.02
-    prints = (
-        base + rng.standard_normal((n, 40)) @ modes + 0.01 * rng.standard_normal((n, base.size))
-    )
-    planted = set()
-    for i in range(duplicates):
-        j = n - 1 - i
-        prints[j] = prints[i] + 0.002 * rng.standard_normal(base.size)
-        planted.add((i, j))
+    prints, planted = synthetic_descriptors(n, seed, duplicates)
     index, fingerprints = {}, {}
     for i in range(n):
         key = hashlib.sha256(f"entry {i}".encode()).hexdigest()
@@ -239,7 +219,7 @@ def measure_index_scaling(sizes=(1000, 3000, 10000), methods=("exact", "lsh")) -
             found = {
                 tuple(sorted(subjects[k] for k in f.keys))
                 for f in findings
-                if f.code == "near-duplicate"
+                if f.code in ("near-duplicate", "identity-leak", "possible-identity-leak")
             }
             rows.append(
                 {

@@ -33,7 +33,7 @@ def _bench(name: str):
 
 
 SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
-            "loader", "storage", "guards", "training", "check")
+            "loader", "storage", "guards", "training", "check", "identity")
 
 
 def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
@@ -53,6 +53,7 @@ def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
         "guards": lambda: _bench("bench_guards").main([]),
         "training": lambda: _training_section(work),
         "check": lambda: _check_section(work),
+        "identity": lambda: _bench("bench_identity").main(["--work-dir", str(work / "identity")]),
     }
 
 

@@ -17,8 +17,9 @@ Label values (:mod:`mriprep.check.labels`)
 Index checks (pure, on the index entries; :mod:`mriprep.check.index`)
     ``index-unreadable``, ``empty-cache``, ``index-malformed``, ``geometry``,
     ``pipeline-mismatch``, ``split-missing``, ``subject-split-leak``, ``duplicate-input``,
-    ``duplicate-tensor``, ``duplicate-session`` (warning), ``near-duplicate`` (warning),
-    ``grid-mismatch`` (warning).
+    ``duplicate-tensor``, ``identity-leak``, ``possible-identity-leak`` (warning),
+    ``duplicate-session`` (warning), ``near-duplicate`` (warning), ``grid-mismatch``
+    (warning).
 Quality outliers (:mod:`mriprep.check.quality`, from the QC metrics of each entry)
     ``qc-outlier`` (warning), ``qc-missing`` (warning).
 Manifest checks (with ``manifest=``; :mod:`mriprep.check.manifest`)
@@ -27,11 +28,15 @@ Manifest checks (with ``manifest=``; :mod:`mriprep.check.manifest`)
 
 Errors make :attr:`CheckReport.ok` false; warnings are reported but do not fail the gate.
 
-Near-duplicates are found on fingerprints made during the tensor pass: the 8x8x8 block
-means of each image, centred on the cohort's mean fingerprint and compared by correlation
-(see :func:`mriprep.splits.find_near_duplicates`: every pair up to
-:data:`~mriprep.splits.EXACT_SEARCH_MAX` entries, random-hyperplane LSH above, so that
-10,000 entries are not 50 million comparisons). At least 3 entries are needed.
+One person's anatomy under two ids is found on identity fingerprints made during the
+tensor pass (:mod:`mriprep.splits.identity`: 32^3 block means of each image, the blocks
+of the brain's core robustly standardised, centred on the cohort and compared by
+correlation; every pair up to :data:`~mriprep.splits.EXACT_SEARCH_MAX` entries, LSH
+above, so that 10,000 entries are not 50 million comparisons). In two splits a match is an
+``identity-leak`` error from :data:`~mriprep.splits.IDENTITY_ERROR`, a
+``possible-identity-leak`` warning below it; in one split a ``near-duplicate`` warning.
+At least 3 entries are needed. Identity is promised on registered pipelines only: without
+registration two scans of one person are not on one grid.
 
 The split-leak checks themselves (unassigned scans, subjects in two splits, identical
 content) live in :mod:`mriprep.splits`, shared with ``mriprep splits``, which runs them on

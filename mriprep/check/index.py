@@ -1,5 +1,6 @@
 """Checks that need only the index entries (and image fingerprints): well-formed
-records, self-consistent geometry, one pipeline, honest splits, no duplicates.
+records, self-consistent geometry, one pipeline, honest splits, no duplicates, no person
+under two ids or in two splits (identity fingerprints, :mod:`mriprep.splits.identity`).
 
 :func:`well_formed_entries` turns the raw ``index.json`` documents into
 :class:`~mriprep.cache.IndexEntry` (or an ``index-malformed`` finding); every other check
@@ -19,9 +20,10 @@ from mriprep.cache.entry import entry_name
 from mriprep.check.report import by_name, subjects_of
 from mriprep.core.findings import Finding, Severity, named
 from mriprep.splits import (
+    IDENTITY_ERROR,
     NEAR_DUPLICATE_THRESHOLD,
     find_identical,
-    find_near_duplicates,
+    find_identity_matches,
     find_subject_leaks,
     find_unassigned,
 )
@@ -146,20 +148,24 @@ def check_index(
 
     One pipeline hash for every entry and split; every entry has a split; no subject in
     two splits; no identical input image or cached image under two subject ids or in two
-    splits; no near-duplicate images under two subject ids (warnings).
+    splits; no one person's anatomy under two subject ids: ``identity-leak`` (error) in
+    two splits from :data:`~mriprep.splits.IDENTITY_ERROR`, ``possible-identity-leak``
+    (warning) in two splits below it, ``near-duplicate`` (warning) in one split.
 
     Parameters
     ----------
     index : dict
         Cache key -> :class:`~mriprep.cache.IndexEntry` (see :func:`well_formed_entries`).
     fingerprints : dict, optional
-        Cache key -> image fingerprint (see
-        :func:`~mriprep.check.tensors.scan_tensor_file`); without them the
-        near-duplicate search is skipped.
+        Cache key -> identity fingerprint (see
+        :func:`~mriprep.check.tensors.scan_tensor_file`); without them the identity
+        search is skipped.
     near_duplicate_threshold : float
-        Correlation of centred fingerprints from which two images count as near-duplicates.
+        Correlation of cohort-centred fingerprints from which two subjects' images are
+        reported (a warning; an error in two splits from
+        ``max(threshold, IDENTITY_ERROR)``).
     near_duplicate_method : {"auto", "exact", "lsh"}
-        See :func:`find_near_duplicates`.
+        See :func:`~mriprep.splits.find_identity_matches`.
     search_info : dict, optional
         Filled with how the near-duplicate search ran (method, pairs compared, seconds).
     """
@@ -279,8 +285,8 @@ def _check_near_duplicates(
     exact_groups: list[set[str]],
     info: dict[str, Any],
 ) -> list[Finding]:
-    """Warnings for near-duplicate images under two subject ids, except pairs already
-    reported as identical (``exact_groups``).
+    """Findings for one person's anatomy under two subject ids, except pairs already
+    reported as identical (``exact_groups``): see :func:`_identity_finding`.
 
     Fingerprints are compared only within one pipeline and grid: they are centred on their
     group's mean, and one entry from another pipeline would move that mean so far that
@@ -289,7 +295,7 @@ def _check_near_duplicates(
     groups: dict[tuple, list[str]] = defaultdict(list)
     for key in sorted(k for k, f in fingerprints.items() if k in index and f is not None):
         entry = index[key]
-        groups[(entry.pipeline_hash, entry.shape or ())].append(key)
+        groups[(entry.pipeline_hash, entry.shape or (), len(fingerprints[key]))].append(key)
     searched = [keys for keys in groups.values() if len(keys) >= 3]
     if not searched:
         info.update(method="skipped", reason="fewer than 3 fingerprints per pipeline and grid",
@@ -300,29 +306,53 @@ def _check_near_duplicates(
     for keys in searched:
         group_info: dict[str, Any] = {}
         matrix = np.stack([fingerprints[k] for k in keys])
-        for i, j, corr in find_near_duplicates(matrix, threshold, method=method,
-                                               info=group_info):
+        for i, j, corr in find_identity_matches(matrix, threshold, method=method,
+                                                info=group_info):
             pairs.append((keys[i], keys[j], corr))
         if len(keys) == max(len(k) for k in searched):
             info.update(group_info)
     info["groups"] = len(searched)
     info["seconds"] = round(time.perf_counter() - start, 4)
+    # Two ids already reported as holding identical content (any of their sessions) are
+    # one finding already: a rescan of a copied subject repeats nothing new.
+    reported = [{index[k].subject_id for k in g if k in index} for g in exact_groups]
     findings = []
     for a, b, corr in pairs:
         ea, eb = index[a], index[b]
-        if ea.subject_id == eb.subject_id or any({a, b} <= g for g in exact_groups):
+        if ea.subject_id == eb.subject_id or any(
+            {ea.subject_id, eb.subject_id} <= g for g in reported
+        ):
             continue
-        findings.append(
-            Finding(
-                Severity.WARNING,
-                "near-duplicate",
-                f"{ea.finding_name} ({ea.split or 'no split'}) and "
-                f"{eb.finding_name} ({eb.split or 'no split'}) look like the same "
-                f"scan (fingerprint correlation {corr:.3f} >= {threshold}); if they are one "
-                "person under two ids, merge the ids in the manifest",
-                (a, b),
-                (ea.subject_id, eb.subject_id),
-            )
-        )
+        findings.append(_identity_finding(ea, eb, corr, threshold))
     return findings
 
+
+def _identity_finding(ea: IndexEntry, eb: IndexEntry, corr: float, threshold: float) -> Finding:
+    """One person under two ids: in two splits an ``identity-leak`` error from
+    ``max(threshold, IDENTITY_ERROR)`` and a ``possible-identity-leak`` warning below;
+    in one split (or without splits) a ``near-duplicate`` warning, which inflates no
+    score but still counts one person twice."""
+    sure = max(threshold, IDENTITY_ERROR)
+    names = (f"{ea.finding_name} ({ea.split or 'no split'}) and "
+             f"{eb.finding_name} ({eb.split or 'no split'})")
+    keys, subjects = (ea.key, eb.key), (ea.subject_id, eb.subject_id)
+    if ea.split and eb.split and ea.split != eb.split:
+        if corr >= sure:
+            return Finding(
+                Severity.ERROR, "identity-leak",
+                f"{names} show the same person's anatomy (identity correlation {corr:.3f} "
+                f">= {sure}): one person in two splits makes the {ea.split}/{eb.split} "
+                "score optimistic. Give the two ids one subject id in the manifest and "
+                "reassign splits by subject (`mriprep splits --assign`), then rerun "
+                "`mriprep run`", keys, subjects)
+        return Finding(
+            Severity.WARNING, "possible-identity-leak",
+            f"{names} may show the same person (identity correlation {corr:.3f}, from "
+            f"{threshold}; {sure} is certain): compare the two scans, and if they are "
+            "one person give them one subject id and reassign splits by subject "
+            "(`mriprep splits --assign`)", keys, subjects)
+    return Finding(
+        Severity.WARNING, "near-duplicate",
+        f"{names} look like the same person (identity correlation {corr:.3f} >= "
+        f"{threshold}); if they are one person under two ids, merge the ids in the "
+        "manifest", keys, subjects)

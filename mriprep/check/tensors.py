@@ -2,9 +2,10 @@
 
 A ``.npy`` is read once, in chunks of whole slices; every chunk feeds the XXH3-128
 checksum and, while it is still in the CPU cache, the analysis for the tensor's kind
-(image: finiteness, what the cast to the training dtype loses, fingerprint; valid mask:
-True count; label map: voxel count of each value). A compressed ``.b2nd`` is checksummed
-over its stored bytes, then decoded one compressed chunk at a time for the analysis.
+(image: finiteness, what the cast to the training dtype loses, the block means of its
+identity fingerprint; valid mask: True count; label map: voxel count of each value). A
+compressed ``.b2nd`` is checksummed over its stored bytes, then decoded one compressed
+chunk at a time for the analysis.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ import xxhash
 from mriprep.cache.formats import chunk_rows, is_compressed
 from mriprep.core.hashing import CHUNK_BYTES, digest_stream, file_checksum
 from mriprep.core.limits import CastLimits, cast_limits
+from mriprep.splits.identity import IDENTITY_BLOCKS, identity_descriptor
 
-FINGERPRINT_BLOCKS = 8
+# Block means per axis from which the image's identity descriptor is made (see
+# mriprep.splits.identity: about 6 mm on the MNI grid; measured there). Smaller axes
+# get one block per voxel.
+FINGERPRINT_BLOCKS = IDENTITY_BLOCKS
 
 # Share of an image's nonzero finite voxels below the training dtype's smallest normal
 # number (float16 6.1e-5, bfloat16 1.2e-38) from which the cast is said to lose the
@@ -101,13 +106,15 @@ class _ImageStats:
         self.voxels = self.nonzero = self.below_tiny = 0  # below_tiny counts zeros too
         self.largest = 0.0  # largest finite magnitude (with the underflow check)
         self.int_range: tuple[int, int] | None = None
-        blocks = FINGERPRINT_BLOCKS
-        self.fingerprinting = len(shape) == 3 and min(shape) >= blocks
+        self.fingerprinting = len(shape) == 3 and min(shape) >= 4
         if self.fingerprinting:
-            self.edges = [block_edges(n, blocks) for n in shape]
-            self.slice_sums = np.zeros((shape[0], blocks, blocks), dtype=np.float64)
-            # float16 block sums could overflow; float32 sums of <=~30 values are exact
-            # enough for a correlation and keep the pass fast.
+            blocks = [min(FINGERPRINT_BLOCKS, n) for n in shape]
+            self.edges = [block_edges(n, b) for n, b in zip(shape, blocks)]
+            # the x block of every slice, to sum a chunk's slices block by block
+            self.x_block = np.searchsorted(self.edges[0], np.arange(shape[0]), side="right") - 1
+            self.block_sums = np.zeros(blocks, dtype=np.float64)
+            # float16 block sums could overflow; float32 sums of a chunk's few hundred
+            # values per block are exact enough for a correlation and keep the pass fast.
             self.sum_dtype = np.float32 if dtype.itemsize <= 4 else np.float64
 
     def add(self, chunk: np.ndarray, first_row: int) -> None:
@@ -127,11 +134,17 @@ class _ImageStats:
             if self.overflow_check and max(hi, -lo) > self.cast.max:
                 self._count_extreme(chunk.astype(np.float64), first_row)
         if self.fingerprinting:
-            # Summing whole rows first (contiguous vectors) is the cheap direction; the
-            # strided reduction then runs on an array Y/8 times smaller.
-            y_sums = np.add.reduceat(chunk, self.edges[1], axis=1, dtype=self.sum_dtype)
-            yz_sums = np.add.reduceat(y_sums, self.edges[2], axis=2)
-            self.slice_sums[first_row : first_row + chunk.shape[0]] = yz_sums
+            # Summing the chunk's slices of one x block first (whole contiguous slices:
+            # the cheap direction) leaves the strided y and z reductions an array about
+            # X/32 times smaller; summing whole rows first cost 40% more at 32 blocks.
+            # (``sum`` per block, not ``np.add.reduceat`` on axis 0: 9x slower there.)
+            blocks = self.x_block[first_row : first_row + chunk.shape[0]]
+            starts = np.flatnonzero(np.diff(blocks, prepend=-1))
+            stops = np.append(starts[1:], len(blocks))
+            x_sums = np.stack([chunk[a:b].sum(axis=0, dtype=self.sum_dtype)
+                               for a, b in zip(starts.tolist(), stops.tolist())])
+            y_sums = np.add.reduceat(x_sums, self.edges[1], axis=1)
+            self.block_sums[blocks[starts]] += np.add.reduceat(y_sums, self.edges[2], axis=2)
 
     def _add_cast_float(self, chunk: np.ndarray, first_row: int) -> None:
         magnitude, below = _scratch(chunk)
@@ -223,10 +236,11 @@ class _ImageStats:
                     )
                 )
         if self.fingerprinting and not bad:
-            x_sums = np.add.reduceat(self.slice_sums, self.edges[0], axis=0)
             sizes = [np.diff(np.append(e, n)) for e, n in zip(self.edges, scan.shape)]
             counts = sizes[0][:, None, None] * sizes[1][None, :, None] * sizes[2][None, None, :]
-            scan.fingerprint = (x_sums / counts).astype(np.float32).ravel()
+            # Robust to what one pass can hold: a corrupt voxel moves one block mean,
+            # which the descriptor's clipped robust z bounds.
+            scan.fingerprint = identity_descriptor(self.block_sums / counts)
 
 
 _SCRATCH = threading.local()

@@ -17,7 +17,7 @@ from mriprep.check.render import render_report
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.limits import CAST_LIMITS
 from mriprep.core.progress import ProgressBar
-from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
+from mriprep.splits import IDENTITY_ERROR, NEAR_DUPLICATE_THRESHOLD
 
 
 
@@ -89,8 +89,10 @@ def add_parser(subparsers) -> None:
         type=_threshold,
         default=NEAR_DUPLICATE_THRESHOLD,
         metavar="R",
-        help=f"fingerprint correlation from which two subjects' images are reported as "
-        f"near-duplicates (default {NEAR_DUPLICATE_THRESHOLD})",
+        help=f"identity correlation (cohort-centred fingerprints of registered images) "
+        f"from which two subjects' images are reported as one person: a warning, an "
+        f"identity-leak error in two splits from max(R, {IDENTITY_ERROR}) "
+        f"(default {NEAR_DUPLICATE_THRESHOLD})",
     )
     p.add_argument(
         "--dtype",

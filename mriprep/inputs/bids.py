@@ -1,5 +1,12 @@
 """Turn a BIDS dataset folder into manifest rows, through pybids.
 
+Why pybids rather than bids2table: pybids is the BIDS project's own library (what
+fMRIPrep and MRIQC index datasets with), it knows the entity grammar, the derivatives
+layout and ``dataset_description.json``, and returns files with their parsed entities,
+which is all a manifest needs. bids2table indexes very large datasets faster, but a
+manifest is written once per cohort, where pybids' indexing time does not matter, and its
+derivatives handling is what pairing label maps needs.
+
 pybids indexes the dataset as BIDS defines it (``sourcedata/``, ``code/``, ``derivatives/``
 and hidden folders are not scanned), so only the dataset's own
 ``sub-*/[ses-*/]anat/*_T1w.nii[.gz]`` become rows. The subject id is ``sub-01`` (as in

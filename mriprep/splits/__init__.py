@@ -11,6 +11,10 @@ preprocessing) and ``mriprep check`` (on a cache, after):
 * :mod:`~mriprep.splits.near_duplicates`: images that are almost the same (the same scan
   re-encoded, re-registered or lightly edited), on small fingerprints, without comparing
   every pair (:func:`find_near_duplicates`);
+* :mod:`~mriprep.splits.identity`: one person's anatomy under two ids or in two splits
+  (rescans in other poses, resolutions, contrasts, skull-stripped or not), on
+  descriptors of registered images (:func:`identity_descriptor`,
+  :func:`find_identity_matches`);
 * :mod:`~mriprep.splits.manifest_check`: all of the above that need no tensors, on a
   manifest (:func:`check_manifest_splits`);
 * :mod:`~mriprep.splits.assignment`: a split per subject (never per scan), in counts
@@ -32,6 +36,12 @@ from mriprep.splits.assignment import (
     parse_fractions,
     split_targets,
 )
+from mriprep.splits.identity import (
+    IDENTITY_ERROR,
+    IDENTITY_WARNING,
+    find_identity_matches,
+    identity_descriptor,
+)
 from mriprep.splits.leaks import SplitMember, find_identical, find_subject_leaks, find_unassigned
 from mriprep.splits.manifest_check import SplitsReport, check_manifest_splits
 from mriprep.splits.near_duplicates import (
@@ -43,6 +53,8 @@ from mriprep.splits.near_duplicates import (
 __all__ = [
     "EXACT_SEARCH_MAX",
     "FOLD_COLUMN",
+    "IDENTITY_ERROR",
+    "IDENTITY_WARNING",
     "NEAR_DUPLICATE_THRESHOLD",
     "Assignment",
     "FoldAssignment",
@@ -52,9 +64,11 @@ __all__ = [
     "assign_splits",
     "check_manifest_splits",
     "find_identical",
+    "find_identity_matches",
     "find_near_duplicates",
     "find_subject_leaks",
     "find_unassigned",
+    "identity_descriptor",
     "parse_fractions",
     "split_targets",
 ]

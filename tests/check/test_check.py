@@ -383,18 +383,33 @@ def test_entry_without_split(cache_copy, anatomy):
 
 
 def test_near_duplicate_under_another_id_is_a_warning(cache_copy, anatomy):
+    """The same image with noise under another id, in the same split: one person
+    counted twice, a warning."""
     cache, keys = cache_copy
     original = keys[("sub-05", "")]
     image = np.load(cache.tensor_path(original, "image"))
     noisy = image + 0.05 * np.random.default_rng(1).standard_normal(image.shape).astype(np.float32)
-    twin = write_subject(cache, anatomy, "sub-55", "", "test", noisy)
+    twin = write_subject(cache, anatomy, "sub-55", "", "val", noisy)
     report = chk.check_cache(cache.root)
     assert report.ok  # warnings do not fail the gate
     [warning] = report.warnings
     assert warning.code == "near-duplicate"
     assert set(warning.keys) == {original, twin}
     assert set(warning.subjects) == {"sub-05", "sub-55"}
-    assert "(val)" in warning.message and "(test)" in warning.message
+    assert warning.message.count("(val)") == 2 and "sub-55" in warning.message
+
+
+def test_near_duplicate_in_another_split_is_an_identity_leak(cache_copy, anatomy):
+    cache, keys = cache_copy
+    original = keys[("sub-05", "")]
+    image = np.load(cache.tensor_path(original, "image"))
+    noisy = image + 0.05 * np.random.default_rng(1).standard_normal(image.shape).astype(np.float32)
+    twin = write_subject(cache, anatomy, "sub-55", "", "test", noisy)
+    report = chk.check_cache(cache.root)
+    [error] = report.errors
+    assert error.code == "identity-leak" and set(error.keys) == {original, twin}
+    assert set(error.subjects) == {"sub-05", "sub-55"}
+    assert "(val)" in error.message and "(test)" in error.message
 
 
 def test_every_problem_is_reported_at_once(cache_copy, anatomy):
@@ -650,7 +665,8 @@ def test_unknown_dtype_is_a_value_error(pristine):
 def test_cli_strict_fails_on_warnings_and_labels_option(cache_copy, anatomy, capsys):
     cache, keys = cache_copy
     image = np.load(cache.tensor_path(keys[("sub-05", "")], "image"))
-    write_subject(cache, anatomy, "sub-55", "", "test", image + np.float32(0.01))
+    # in sub-05's split: a near-duplicate warning (in another split: an identity-leak error)
+    write_subject(cache, anatomy, "sub-55", "", "val", image + np.float32(0.01))
     assert cli_main(["check", str(cache.root)]) == 0
     assert cli_main(["check", str(cache.root), "--strict"]) == 1
     assert cli_main(["check", str(cache.root), "--labels", "0-1"]) == 1

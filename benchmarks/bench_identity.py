@@ -1,0 +1,311 @@
+"""Identity-level leak detection: rescans of one person against different people.
+
+A rescan of one person (another pose, resolution, noise level, contrast scaling, skull
+stripped or not) goes through ``t1w_mni_rigid`` onto the MNI152 grid; so does every
+other person. This benchmark builds that calibration set, reads each cached image once
+through the check's own tensor pass, and prints, for the old fingerprint (8^3 block
+means) and the identity descriptor (:mod:`mriprep.splits.identity`), the similarity of
+every rescan pair and every different-people pair, and the detection and false-alarm
+rates at each threshold. Then it times the identity search at 10,000 entries.
+
+The set (nothing is the template's own voxels):
+
+* synthetic people (:func:`mriprep.demo.calibration.person`, seeds apart from the
+  demo's and the calibration set's), each scanned 1 mm; 1x1x5 mm axial with 3x the
+  noise; 0.9x0.9x3 mm coronal stored backwards, intensities x0.3 and a gamma of 1.2;
+  1 mm skull-stripped (brain label dilated by 2 voxels); the first two also at 0.5 mm.
+  Every scan in its own random pose (up to 15 degrees, 15 mm);
+* Colin27, one real man: ``ch2`` at 1 mm and 1x1x5 mm noisy, ``ch2bet`` (skull-stripped)
+  at 1 mm, ``ch2better`` at 0.5 mm;
+* the INIA19 macaque brain scaled to human size (x2.3, so that the plausibility stage
+  takes it for a human brain), at 1 mm: another species. ``t1w_mni_rigid`` refuses it
+  (register: similarity 0.248 < 0.4, ``not_t1``), so it never reaches this cache;
+  ``tests/splits/test_identity.py`` places it on the MNI grid by its header instead.
+
+Every scan gets its own subject id; ``identity.json`` in the work folder says whose
+anatomy it shows.
+
+Run: ``python benchmarks/bench_identity.py [--work-dir DIR] [--people N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PERSON_SEED = 70_000  # apart from the demo (10_000+) and the calibration set (0-99)
+
+
+def _acquisitions():
+    from mriprep.demo.scanner import Acquisition
+
+    return {
+        "1mm": (Acquisition(), {}),
+        "ax5_noisy": (Acquisition((1.0, 1.0, 5.0), "axial", noise=0.045), {}),
+        "cor3_scaled": (Acquisition((0.9, 0.9, 3.0), "coronal", flips=(True, False, True)),
+                        {"scale": 0.3, "gamma": 1.2}),
+        "1mm_stripped": (Acquisition(), {"strip": True}),
+        "05mm": (Acquisition((0.5, 0.5, 0.5)), {}),
+    }
+
+
+def _plan(people: int) -> list[tuple[str, str, str]]:
+    """(scan name, anatomy, acquisition) of every scan of the set."""
+    plan = []
+    for i in range(people):
+        acqs = ["1mm", "ax5_noisy", "cor3_scaled", "1mm_stripped"] + (["05mm"] if i < 2 else [])
+        plan += [(f"p{i:02d}-{a}", f"person-{i}", a) for a in acqs]
+    from mriprep.demo.real_scans import HOW_TO_GET, real_scans_folder
+
+    if real_scans_folder() is None:
+        print(f"no real scans (Colin27, macaque): {HOW_TO_GET}")
+        return plan
+    plan += [("colin-1mm", "colin27", "1mm"), ("colin-ax5_noisy", "colin27", "ax5_noisy"),
+             ("colin-stripped", "colin27_brain", "1mm"),
+             ("colin-05mm", "colin27_05mm", "05mm"), ("macaque-x23", "macaque_x23", "1mm")]
+    return plan
+
+
+def _anatomy(name: str):
+    from mriprep.demo.anatomy import Anatomy
+    from mriprep.demo.calibration import person, real_head
+
+    if name.startswith("person-"):
+        return person(PERSON_SEED + int(name.split("-")[1]))
+    if name == "macaque_x23":
+        monkey = real_head("macaque")
+        affine = monkey.affine.copy()
+        affine[:3] *= 2.3
+        return Anatomy(monkey.image, None, affine, None, name)
+    return real_head(name)
+
+
+def _write_one(job) -> dict:
+    import nibabel as nib
+    from scipy import ndimage
+
+    from mriprep.demo.scanner import acquire, random_pose
+
+    root, index, name, anatomy_name, acq_name = job
+    path = Path(root) / "images" / f"{name}.nii.gz"
+    done = {"name": name, "anatomy": anatomy_name, "acquisition": acq_name, "image": str(path)}
+    if path.exists():  # a rerun on the same --work-dir rebuilds only what is missing
+        return done
+    acquisition, extra = _acquisitions()[acq_name]
+    anatomy = _anatomy(anatomy_name)
+    if extra.get("strip") and anatomy.labels is not None:
+        from mriprep.demo.anatomy import Anatomy
+
+        brain = ndimage.binary_dilation(anatomy.labels > 0, iterations=2)
+        anatomy = Anatomy(anatomy.image * brain, anatomy.labels, anatomy.affine,
+                          anatomy.template_to_anatomy, anatomy.name)
+    rng = np.random.default_rng([PERSON_SEED, index])
+    scan = acquire(anatomy, random_pose(rng, 15.0, 15.0), acquisition, rng)
+    data = scan.data
+    if "gamma" in extra:
+        data = extra["scale"] * 1000.0 * (data / 1000.0) ** extra["gamma"]
+    img = nib.Nifti1Image(data.astype(np.float32), scan.affine)
+    img.set_qform(scan.affine, code=1)
+    img.set_sform(scan.affine, code=1)
+    partial = path.parent / f"partial-{path.name}"  # a killed build leaves no half file
+    nib.save(img, partial)
+    partial.rename(path)
+    return done
+
+
+def build_set(work: Path, people: int, workers: int = 2) -> dict:
+    """Scans, manifest and cache of the calibration set in ``work`` (reused when there)."""
+    truth_path = work / "identity.json"
+    if truth_path.exists():
+        return json.loads(truth_path.read_text())
+    (work / "images").mkdir(parents=True, exist_ok=True)
+    plan = _plan(people)
+    jobs = [(str(work), i, *p) for i, p in enumerate(plan)]
+    start = time.perf_counter()
+    import multiprocessing
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        scans = list(pool.map(_write_one, jobs))
+    print(f"{len(scans)} scans written in {time.perf_counter() - start:.0f} s", flush=True)
+    rng = np.random.default_rng(1)
+    manifest = work / "cohort.csv"
+    with open(manifest, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["subject_id", "image", "split"])
+        for scan in scans:
+            scan["split"] = str(rng.choice(["train", "train", "val", "test"]))
+            writer.writerow([scan["name"], scan["image"], scan["split"]])
+    from mriprep.pipelines import load_pipeline
+    from mriprep.run.cohort import cohort_rows, run_cohort
+
+    start = time.perf_counter()
+    run = run_cohort(cohort_rows(manifest), work / "cache", load_pipeline("t1w_mni_rigid"),
+                     scheduler="processes", workers=workers, report=False)
+    failed = [r.subject_id for r in run.results if r.failed]
+    print(f"pipeline: {len(scans) - len(failed)} cached, failed: {failed} "
+          f"({time.perf_counter() - start:.0f} s)", flush=True)
+    truth = {"people": people, "scans": {s["name"]: s for s in scans
+                                         if s["name"] not in failed}}
+    truth_path.write_text(json.dumps(truth, indent=1))
+    return truth
+
+
+def _person(anatomy: str) -> str:
+    return "colin27" if anatomy.startswith("colin27") else anatomy
+
+
+def descriptors(work: Path, truth: dict) -> tuple[list[str], np.ndarray, np.ndarray, float]:
+    """Scan names, the identity fingerprints (the check's own tensor pass), the old 8x8x8
+    block means (restated), and the pass's seconds per entry."""
+    from mriprep.cache import Cache
+    from mriprep.check.tensors import block_edges, scan_tensor_file
+
+    cache = Cache(work / "cache")
+    names, new, old = [], [], []
+    seconds = 0.0
+    for entry in cache.entries():
+        if entry.subject_id not in truth["scans"]:
+            continue
+        start = time.perf_counter()
+        scan = scan_tensor_file(cache.tensor_path(entry.key, "image"), "image")
+        seconds += time.perf_counter() - start
+        image = np.asarray(cache.load_tensor(entry.key, "image"), dtype=np.float64)
+        sums = image
+        for axis, n in enumerate(image.shape):
+            sums = np.add.reduceat(sums, block_edges(n, 8), axis=axis)
+        names.append(entry.subject_id)
+        new.append(scan.fingerprint)
+        old.append(sums.ravel())
+    return names, np.stack(new), np.stack(old), seconds / max(1, len(names))
+
+
+def correlations(prints: np.ndarray) -> np.ndarray:
+    from mriprep.splits.near_duplicates import normalise_fingerprints
+
+    vectors, _ = normalise_fingerprints(prints)
+    return vectors.astype(np.float64) @ vectors.T.astype(np.float64)
+
+
+def pair_sets(names: list[str], truth: dict) -> tuple[np.ndarray, np.ndarray]:
+    people = np.array([_person(truth["scans"][n]["anatomy"]) for n in names])
+    same = people[:, None] == people[None, :]
+    upper = np.triu(np.ones_like(same), 1)
+    return same & upper, ~same & upper
+
+
+def summarise(label: str, corr: np.ndarray, rescans: np.ndarray, others: np.ndarray,
+              thresholds=(0.5, 0.6, 0.7, 0.8, 0.95)) -> dict:
+    r, o = corr[rescans], corr[others]
+    row = {"descriptor": label, "rescan_pairs": int(r.size), "other_pairs": int(o.size),
+           "rescans_min": round(float(r.min()), 3),
+           "rescans_p5": round(float(np.percentile(r, 5)), 3),
+           "rescans_median": round(float(np.median(r)), 3),
+           "others_max": round(float(o.max()), 3),
+           "others_p99": round(float(np.percentile(o, 99)), 3),
+           "others_median": round(float(np.median(o)), 3)}
+    print(f"{label}: rescans ({r.size} pairs) min {row['rescans_min']} 5% "
+          f"{row['rescans_p5']} median {row['rescans_median']}; different people "
+          f"({o.size} pairs) max {row['others_max']} 99% {row['others_p99']} median "
+          f"{row['others_median']}")
+    for t in thresholds:
+        print(f"  >= {t:4}: detected {np.mean(r >= t):6.1%} of rescans, "
+              f"false alarms {np.mean(o >= t):6.2%} of different-people pairs")
+    return row
+
+
+def small_cohorts(prints: np.ndarray, rescans: np.ndarray, others: np.ndarray,
+                  size: int = 6, draws: int = 300) -> None:
+    """The same in caches of only ``size`` entries, where the cohort mean is a poor
+    average person."""
+    rng = np.random.default_rng(0)
+    worst_r, worst_o = [], []
+    for _ in range(draws):
+        pick = np.sort(rng.choice(len(prints), size, replace=False))
+        corr = correlations(prints[pick])
+        r, o = rescans[np.ix_(pick, pick)], others[np.ix_(pick, pick)]
+        if r.any():
+            worst_r.append(corr[r].min())
+        worst_o.append(corr[o].max())
+    print(f"  cohorts of {size} ({draws} draws): rescans min {min(worst_r):.3f} 5% "
+          f"{np.percentile(worst_r, 5):.3f}; different people max {max(worst_o):.3f} 99% "
+          f"{np.percentile(worst_o, 99):.3f}")
+
+
+def synthetic_descriptors(entries: int, seed: int = 0, planted: int = 10
+                          ) -> tuple[np.ndarray, set[tuple[int, int]]]:
+    """``entries`` synthetic identity descriptors (a shared low-rank part and noise, as
+    the cohort-centred descriptors of different people look) and ``planted`` rescans:
+    pairs ``(i, entries - 1 - i)`` at correlation about 0.88."""
+    from mriprep.check.tensors import FINGERPRINT_BLOCKS
+    from mriprep.splits.identity import core_mask
+
+    d = int(core_mask((FINGERPRINT_BLOCKS,) * 3).sum())
+    rng = np.random.default_rng(seed)
+    modes = rng.standard_normal((40, d)).astype(np.float32)
+    prints = (rng.standard_normal((entries, 40)).astype(np.float32) @ modes
+              + 4.0 * rng.standard_normal((entries, d)).astype(np.float32))
+    pairs = {(i, entries - 1 - i) for i in range(planted)}
+    for i, j in pairs:
+        prints[j] = prints[i] + 0.55 * prints[i].std() * rng.standard_normal(d)
+    return prints, pairs
+
+
+def search_time(entries: int, seed: int = 0) -> dict:
+    """The identity search over ``entries`` synthetic descriptors
+    (:func:`synthetic_descriptors`), by LSH."""
+    from mriprep.splits.identity import find_identity_matches
+
+    prints, planted = synthetic_descriptors(entries, seed)
+    d = prints.shape[1]
+    info: dict = {}
+    start = time.perf_counter()
+    pairs = find_identity_matches(prints, info=info)
+    seconds = time.perf_counter() - start
+    found = planted <= {(i, j) for i, j, _ in pairs}
+    print(f"identity search, {entries} entries of {d} values: {seconds:.2f} s "
+          f"({info['method']}, {info.get('bands')} bands x {info.get('bits_per_band')} bits, "
+          f"{info.get('lsh_candidates')} candidates, {info['pairs_compared']} correlations "
+          f"computed); planted rescans all found: {found}")
+    return {"entries": entries, "seconds": round(seconds, 2), "found_planted": found, **info}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work-dir", help="build (or reuse) the calibration set here")
+    parser.add_argument("--people", type=int, default=12)
+    parser.add_argument("--entries", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    if args.work_dir:
+        return _run(Path(args.work_dir), args)
+    with tempfile.TemporaryDirectory(prefix="mriprep-identity-") as scratch:
+        return _run(Path(scratch), args)
+
+
+def _run(work: Path, args) -> int:
+    truth = build_set(work, args.people)
+    names, new, old, per_entry = descriptors(work, truth)
+    rescans, others = pair_sets(names, truth)
+    print(f"{len(names)} cached entries; the check's image pass: {per_entry:.3f} s an entry")
+    summarise("old fingerprint (8x8x8 block means)", correlations(old), rescans, others)
+    small_cohorts(old, rescans, others)
+    summarise("identity fingerprint", correlations(new), rescans, others)
+    small_cohorts(new, rescans, others)
+    if args.entries:
+        search_time(args.entries)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""One person in two splits: identity descriptors of registered images, and their search.
+
+A byte-identical copy is caught by its checksum; a rescan of the same person is not: a
+new head pose, 5 mm slices, more noise, another scanner's contrast, a skull-stripped
+brain or a 0.5 mm re-processing each change almost every voxel. On images already on one
+grid (``t1w_mni_rigid`` registers every scan rigidly to MNI152 1 mm) what stays is the
+person's anatomy: brain size and shape, ventricles, the position of the large folds,
+i.e. how the image deviates from the cohort's average brain at a scale of a few mm.
+
+:func:`identity_descriptor` keeps exactly that, from block means a single pass over the
+image makes (:data:`IDENTITY_BLOCKS` per axis, about 6 mm on the MNI grid):
+
+* only the central ellipsoid of the grid (:data:`CORE_RADIUS` of its half-extents),
+  which on the MNI grid lies inside the brain: scalp, skull, neck and the field of view
+  differ between two scans of one person (stripped or not, the vertex cut or not) and
+  are not identity;
+* each block mean robustly standardised on the image's own core (median, interquartile
+  range) and clipped at :data:`ROBUST_CLIP`: contrast scaling and the z-score's
+  reference (head or brain) cancel, and one corrupt voxel moves one block by at most
+  the clip, not the whole descriptor.
+
+:func:`find_identity_matches` centres the descriptors on the cohort (its mean person)
+and returns the pairs whose correlation reaches a threshold: every pair up to
+:data:`~mriprep.splits.near_duplicates.EXACT_SEARCH_MAX` entries, random-hyperplane LSH
+above (on a random sketch of the descriptors), so that 10,000 entries cost seconds.
+
+What it can promise: on a registered pipeline, rescans of one person are found across
+resolutions, poses, noise, contrast and skull stripping (``benchmarks/bench_identity.py``
+measures it). On a pipeline that does not register (``conform_1mm`` only reorients and
+resamples), two scans of one person are not on one grid: the search still runs there and
+finds the same acquisition (a copy, a re-encoding, noise added), but a rescan in another
+pose is not found, and the thresholds were not measured on such caches. Identity is
+promised on registered pipelines only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from mriprep.splits.near_duplicates import (
+    EXACT_SEARCH_MAX,
+    NEAR_DUPLICATE_THRESHOLD,
+    _exact_pairs,
+    _lsh_candidates,
+    _verify_pairs,
+    normalise_fingerprints,
+)
+
+IDENTITY_BLOCKS = 32
+# Half-axes of the core ellipsoid, as a share of the grid's half-extents. Measured on the
+# calibration set (benchmarks/bench_identity.py: 12 synthetic people x 4-5 scans and
+# Colin27 x 4, 54 entries; offline, on 6 mm blocks of the cached images, robust z):
+# rescans min / different people max correlation 0.816 / 0.346 at 0.55; 0.824 / 0.337
+# at 0.5; 0.826 / 0.349 at 0.6; 0.596 / 0.489 at 0.7 (the core reaches the scalp of the
+# smaller heads); the whole grid (no core): rescans down to -0.36, others up to 0.87, as
+# bad as the old fingerprint. Blocks of 4 or 8 mm: 0.805 / 0.330 and 0.804 / 0.378.
+CORE_RADIUS = 0.55
+# Robust z-scores beyond this are clipped: a block holding one voxel of 1e5 counts as a
+# very bright block, no more. Clipping at 3 loses nothing else on the calibration set
+# (robust z without clipping: rescans min 0.80; ranks instead of z: 0.798 / 0.435).
+ROBUST_CLIP = 3.0
+
+# Correlations of cohort-centred descriptors made by the check's own tensor pass, on the
+# calibration set (benchmarks/bench_identity.py; 54 entries through t1w_mni_rigid: 86
+# rescan pairs, 1345 pairs of different people, Colin27 against every synthetic person):
+#   rescans (1 mm, 1x1x5 mm with 3x the noise, 0.9x0.9x3 mm coronal with contrast x0.3
+#     and gamma 1.2, skull-stripped, 0.5 mm; each in its own pose; Colin27 1 mm / 5 mm
+#     noisy / skull-stripped / 0.5 mm): min 0.826, 5th percentile 0.884, median 0.951.
+#   different people: max 0.367, 99th percentile 0.294, median -0.089.
+#   in caches of only 6 entries (300 random draws; the cohort mean is then a poor
+#     average person): rescans min 0.513, 5th percentile 0.756; different people max 0.345.
+#   the old fingerprint (8x8x8 block means of the whole image, centred): rescans min
+#     -0.593, median 0.01; different people max 0.931: at its 0.95 it found 0% of the
+#     rescans, at 0.5 18.6% with 10.0% of different-people pairs flagged.
+# At 0.7 and at 0.5: 100% of rescans, 0% of different-people pairs (full set). The error
+# threshold sits 0.33 above every different-people pair measured and 0.13 below every
+# rescan of the full set (6-entry caches: 5% of rescans fall below it, to the warning);
+# the warning threshold below every rescan measured, small caches included, and 0.13
+# above the largest different-people pair.
+IDENTITY_ERROR = 0.7
+IDENTITY_WARNING = NEAR_DUPLICATE_THRESHOLD  # 0.5, `mriprep check --near-threshold`
+
+# LSH above EXACT_SEARCH_MAX entries hashes a random sketch of this many dimensions; the
+# sketch moves a correlation rho by about (1 - rho^2) / sqrt(SKETCH_DIMS) (0.032 at 0.7),
+# so the hashing threshold is lowered by SKETCH_MARGIN_SD of that.
+SKETCH_DIMS = 256
+SKETCH_MARGIN_SD = 4.0
+# Candidates are filtered on the Hamming distance of this many signature bits (of the
+# ~14,000 the bands hold), with a margin of FILTER_MARGIN_SD standard deviations above
+# a pair at the hashing threshold (it loses one such pair in 3 million): the filter then
+# lets through pairs from a correlation of about 0.43, and compares 7x fewer bits.
+FILTER_BITS = 2048
+FILTER_MARGIN_SD = 5.0
+
+
+def core_mask(shape: tuple[int, ...], radius: float = CORE_RADIUS) -> np.ndarray:
+    """The blocks of a ``shape`` grid of blocks whose centres lie inside the central
+    ellipsoid with half-axes ``radius`` times the grid's half-extents."""
+    axes = [(np.arange(n) + 0.5) / n * 2.0 - 1.0 for n in shape]
+    grids = np.meshgrid(*axes, indexing="ij", sparse=True)
+    return sum(g * g for g in grids) <= radius * radius
+
+
+def identity_descriptor(block_means: np.ndarray) -> np.ndarray | None:
+    """The identity descriptor of one image from its grid of block means (3-D).
+
+    Returns the core blocks (:func:`core_mask`), robustly standardised on the image's
+    own core and clipped (float32), or None when the core holds no contrast (a constant
+    image has no anatomy to identify).
+    """
+    core = np.asarray(block_means, dtype=np.float64)[core_mask(block_means.shape)]
+    median = np.median(core)
+    low, high = np.percentile(core, [25, 75])
+    if not high > low:
+        return None
+    z = (core - median) / (high - low)
+    return np.clip(z, -ROBUST_CLIP, ROBUST_CLIP).astype(np.float32)
+
+
+def find_identity_matches(
+    descriptors: np.ndarray,
+    threshold: float = IDENTITY_WARNING,
+    *,
+    method: str = "auto",
+    seed: int = 0,
+    miss_probability: float = 1e-4,
+    info: dict[str, Any] | None = None,
+) -> list[tuple[int, int, float]]:
+    """Pairs of rows whose cohort-centred descriptors correlate at or above ``threshold``.
+
+    Parameters
+    ----------
+    descriptors : ndarray, shape (n, d)
+        One :func:`identity_descriptor` per image, all of one pipeline and grid. At
+        least 3 rows: the cohort mean is the reference every row deviates from.
+    threshold : float
+        Correlation from which a pair is returned (:data:`IDENTITY_WARNING`).
+    method : {"auto", "exact", "lsh"}
+        ``exact`` compares every pair (``auto`` up to
+        :data:`~mriprep.splits.near_duplicates.EXACT_SEARCH_MAX` rows). ``lsh`` hashes a
+        random sketch of the rows: a pair at ``max(threshold, IDENTITY_ERROR)`` or above
+        is missed with probability below ``miss_probability``; a pair between
+        ``threshold`` and :data:`IDENTITY_ERROR` is returned only if its hashes collide
+        (``info["lsh_sure_from"]`` says from where the bound holds). At a correlation of
+        0.5 no hashing scheme beats comparing every pair, and at 10,000 entries that is
+        50 million comparisons. Every returned correlation is exact.
+    seed : int
+        Seed of the sketch and the hyperplanes: the same input gives the same answer.
+    miss_probability : float
+    info : dict, optional
+        Filled with the method, the entries, the pairs compared and the LSH parameters.
+
+    Returns
+    -------
+    list of (i, j, correlation)
+        Row indices with i < j, by decreasing correlation.
+    """
+    if not 0 < threshold < 1:
+        raise ValueError(f"identity threshold must be in (0, 1), got {threshold}")
+    info = info if info is not None else {}
+    normalised, usable = normalise_fingerprints(descriptors)
+    rows = np.flatnonzero(usable)
+    vectors = normalised[rows]
+    n = len(rows)
+    if method == "auto":
+        method = "exact" if n <= EXACT_SEARCH_MAX else "lsh"
+    if method not in ("exact", "lsh"):
+        raise ValueError(f"unknown identity search method {method!r}; use auto, exact or lsh")
+    info.update(method=method, entries=int(n), threshold=threshold)
+    if n < 2:
+        info["pairs_compared"] = 0
+        return []
+    if method == "exact":
+        pairs = _exact_pairs(vectors, threshold)
+        info["pairs_compared"] = n * (n - 1) // 2
+    else:
+        sure = max(threshold, IDENTITY_ERROR)
+        candidates = _lsh_candidates(_sketch(vectors, seed), _sketch_threshold(sure), seed,
+                                     miss_probability, info, bits=_band_bits(n),
+                                     filter_bits=FILTER_BITS, margin_sd=FILTER_MARGIN_SD)
+        info.update(pairs_compared=int(len(candidates)), lsh_sure_from=sure)
+        pairs = _verify_pairs(vectors, candidates, threshold)
+    found = [(int(rows[i]), int(rows[j]), float(c)) for i, j, c in pairs]
+    return sorted(found, key=lambda p: (-p[2], p[0], p[1]))
+
+
+def _sketch(vectors: np.ndarray, seed: int) -> np.ndarray:
+    """Unit rows of a Gaussian random projection to :data:`SKETCH_DIMS` dimensions: the
+    hyperplanes then cost 256 instead of thousands of multiplications each."""
+    d = vectors.shape[1]
+    if d <= SKETCH_DIMS:
+        return vectors
+    projection = np.random.default_rng([seed, 1]).standard_normal((d, SKETCH_DIMS))
+    sketch = vectors @ projection.astype(np.float32)
+    sketch /= np.maximum(np.linalg.norm(sketch, axis=1, keepdims=True), 1e-12)
+    return sketch
+
+
+def _sketch_threshold(threshold: float) -> float:
+    return threshold - SKETCH_MARGIN_SD * (1.0 - threshold**2) / math.sqrt(SKETCH_DIMS)
+
+
+def _band_bits(n: int) -> int:
+    # Fewer bits per band than the near-duplicate search (log2 n + 4): at a correlation
+    # of 0.6 a band of 18 bits rarely agrees, and the bands needed (and hyperplanes)
+    # grow as 1/p^bits. With log2(n) - 1 bits, chance pairs per band stay about 2n.
+    return max(8, int(math.ceil(math.log2(n))) - 1)

@@ -1,0 +1,209 @@
+"""Tests of mriprep.splits.identity: one person's anatomy under two ids or in two splits.
+
+On the demo cache (synthetic people through ``t1w_mni_rigid``, one of them scanned twice
+in another pose and grid) and on the real Colin27 scans and the INIA19 macaque placed on
+the MNI grid by their own headers (Colin27 is in MNI space; the macaque, scaled to human
+size, in its centre), fingerprinted by the check's own tensor pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from mriprep import check as chk
+from mriprep.cache import Cache
+from mriprep.check.tensors import scan_tensor_file
+from mriprep.demo.real_scans import HOW_TO_GET, real_scan
+from mriprep.inputs.templates import load_template
+from mriprep.splits import IDENTITY_ERROR, IDENTITY_WARNING, find_identity_matches
+from mriprep.splits.identity import identity_descriptor
+from tests.cache_clone import clone_cache, relabel_entry
+
+IDENTITY_CODES = {"identity-leak", "possible-identity-leak", "near-duplicate"}
+
+
+def scan_names(cache: Cache) -> dict[str, str]:
+    return {(f"{e.subject_id}_{e.session_id}" if e.session_id else e.subject_id): e.key
+            for e in cache.entries()}
+
+
+def leak_and_rescan(demo_cohort) -> tuple[str, str]:
+    """(the planted copy, the rescan of its original) among the demo's scan names."""
+    subjects = demo_cohort.subjects.items()
+    copy = next(s for s, t in subjects if any(d["kind"] == "leak" for d in t["defects"]))
+    rescan = next(s for s, t in subjects if any(d["kind"] == "rescan" for d in t["defects"]))
+    return copy, rescan
+
+
+@pytest.fixture(scope="module")
+def demo_prints(demo_cache) -> dict[str, np.ndarray]:
+    """Scan name -> identity fingerprint of every demo cache entry."""
+    cache = Cache(demo_cache.path)
+    return {name: scan_tensor_file(cache.tensor_path(key, "image"), "image").fingerprint
+            for name, key in scan_names(cache).items()}
+
+
+def relabelled(demo_cache, demo_cohort, tmp_path, split: str) -> tuple[Cache, str]:
+    """A clone of the demo cache without the planted copy, where the rescan of sub-01 is
+    subject sub-99 in ``split``."""
+    copy, rescan = leak_and_rescan(demo_cohort)
+    cache = clone_cache(demo_cache.path, tmp_path / "cache", drop_subjects=[copy])
+    relabel_entry(cache, scan_names(cache)[rescan], "sub-99", "", split)
+    return cache, demo_cohort.subjects[rescan]["split"]
+
+
+@pytest.mark.slow
+def test_rescan_under_another_id_in_another_split_is_an_identity_leak(
+        demo_cache, demo_cohort, tmp_path):
+    cache, original_split = relabelled(demo_cache, demo_cohort, tmp_path, "val")
+    report = chk.check_cache(cache.root)
+    [leak] = [f for f in report.findings if f.code in IDENTITY_CODES]
+    assert leak.code == "identity-leak" and leak in report.errors
+    assert set(leak.subjects) == {"sub-01", "sub-99"}
+    for words in ("sub-01", f"({original_split})", "sub-99", "(val)", "same person",
+                  "mriprep splits --assign"):
+        assert words in leak.message
+
+
+@pytest.mark.slow
+def test_rescan_under_another_id_in_the_same_split_is_a_warning(
+        demo_cache, demo_cohort, tmp_path):
+    _, rescan = leak_and_rescan(demo_cohort)
+    cache, _ = relabelled(demo_cache, demo_cohort, tmp_path,
+                          demo_cohort.subjects[rescan]["split"])
+    report = chk.check_cache(cache.root)
+    [twin] = [f for f in report.findings if f.code in IDENTITY_CODES]
+    assert twin.code == "near-duplicate" and twin in report.warnings
+    assert set(twin.subjects) == {"sub-01", "sub-99"} and "merge the ids" in twin.message
+
+
+@pytest.mark.slow
+def test_demo_people_are_not_paired_and_the_rescan_is(demo_prints, demo_cohort):
+    names = sorted(demo_prints)
+    pairs = find_identity_matches(np.stack([demo_prints[n] for n in names]))
+    copy, rescan = leak_and_rescan(demo_cohort)
+    original = rescan.split("_")[0]
+    found = {frozenset((names[i], names[j])): c for i, j, c in pairs}
+    # one person, three entries (the first scan, its copy, its rescan), and nobody else
+    assert set(found) == {frozenset(p) for p in
+                          ((original, copy), (original, rescan), (copy, rescan))}
+    assert min(found.values()) >= IDENTITY_ERROR
+
+
+def on_template_grid(data: np.ndarray, affine: np.ndarray, template) -> np.ndarray:
+    """``data`` resampled onto the template grid by its header, z-scored in the head."""
+    voxels = np.linalg.inv(affine) @ template.affine
+    out = ndimage.affine_transform(data.astype(np.float32), voxels[:3, :3], voxels[:3, 3],
+                                   output_shape=template.shape, order=1)
+    head = out > 0.1 * np.percentile(out, 99)
+    return ((out - out[head].mean()) / out[head].std()).astype(np.float32)
+
+
+def thick_noisy(data: np.ndarray, rng) -> np.ndarray:
+    """Colin27 as a 5 mm axial acquisition with visible noise, back on its 1 mm grid."""
+    n = data.shape[2] // 5 * 5
+    slabs = data[:, :, :n].reshape(*data.shape[:2], n // 5, 5).mean(axis=3)
+    thick = ndimage.zoom(slabs, (1, 1, 5), order=1)
+    return thick + 0.05 * float(np.percentile(data, 99)) * rng.standard_normal(thick.shape)
+
+
+@pytest.fixture(scope="module")
+def real_prints(tmp_path_factory) -> dict[str, np.ndarray]:
+    """Identity fingerprints of Colin27 (1 mm, 5 mm noisy, skull-stripped, 0.5 mm) and
+    of the macaque (x2.3) on the MNI grid."""
+    import nibabel as nib
+
+    if real_scan("colin27") is None:
+        pytest.skip(f"the real scans are not installed: {HOW_TO_GET}")
+    template = load_template("mni152")
+    folder = tmp_path_factory.mktemp("real")
+    images = {}
+    for name in ("colin27", "colin27_brain", "colin27_05mm", "macaque"):
+        img = nib.as_closest_canonical(nib.load(str(real_scan(name))))
+        images[name] = (np.asarray(img.dataobj, dtype=np.float32), img.affine)
+    data, affine = images["colin27"]
+    images["colin27_5mm_noisy"] = (thick_noisy(data, np.random.default_rng(0)), affine)
+    monkey, affine = images.pop("macaque")
+    scaled = affine.copy()
+    scaled[:3] *= 2.3
+    centre = scaled[:3, :3] @ (np.array(monkey.shape) / 2) + scaled[:3, 3]
+    scaled[:3, 3] -= centre - template.affine[:3, :3] @ (np.array(template.shape) / 2) \
+        - template.affine[:3, 3]
+    images["macaque_x2.3"] = (monkey, scaled)
+    prints = {}
+    for name, (data, affine) in images.items():
+        path = folder / f"{name}.npy"
+        np.save(path, on_template_grid(data, affine, template))
+        prints[name] = scan_tensor_file(path, "image").fingerprint
+    return prints
+
+
+@pytest.mark.slow
+def test_colin27_rescans_pair_and_the_macaque_does_not(real_prints, demo_prints, demo_cohort):
+    copy, rescan = leak_and_rescan(demo_cohort)
+    cohort = {k: v for k, v in demo_prints.items() if k not in (copy, rescan)}
+    prints = {**cohort, **real_prints}
+    names = sorted(prints)
+    pairs = find_identity_matches(np.stack([prints[n] for n in names]))
+    found = {frozenset((names[i], names[j])): c for i, j, c in pairs}
+    colin = [n for n in names if n.startswith("colin27")]
+    expected = {frozenset((a, b)) for a in colin for b in colin if a < b}
+    assert set(found) == expected  # no demo person, no macaque
+    assert min(found.values()) >= IDENTITY_ERROR
+
+
+@pytest.mark.slow
+def test_one_corrupt_voxel_pairs_nobody(demo_cache, demo_prints, demo_cohort, tmp_path):
+    """A voxel of 1e5 moves one block of the descriptor by at most its clip: the
+    fingerprint stays its image's, and no new pair appears."""
+    cache = Cache(demo_cache.path)
+    image = np.asarray(cache.load_tensor(scan_names(cache)["sub-03"], "image"),
+                       dtype=np.float32)
+    image[98, 116, 94] = 1e5
+    np.save(tmp_path / "corrupt.npy", image)
+    corrupt = scan_tensor_file(tmp_path / "corrupt.npy", "image").fingerprint
+    copy, rescan = leak_and_rescan(demo_cohort)
+    names = sorted(n for n in demo_prints if n not in (copy, rescan))
+    clean = np.stack([demo_prints[n] for n in names])
+    assert find_identity_matches(clean) == []
+    dirty = clean.copy()
+    dirty[names.index("sub-03")] = corrupt
+    assert find_identity_matches(dirty) == []
+    assert np.corrcoef(corrupt, demo_prints["sub-03"])[0, 1] > 0.99  # 0.996 measured
+
+
+def test_descriptor_ignores_contrast_scaling_and_a_constant_image_has_none():
+    rng = np.random.default_rng(0)
+    blocks = ndimage.gaussian_filter(rng.standard_normal((32, 32, 32)), 2)
+    assert np.allclose(identity_descriptor(blocks), identity_descriptor(3.0 * blocks + 7.0),
+                       atol=1e-5)
+    assert identity_descriptor(np.ones((32, 32, 32))) is None
+
+
+def test_exact_and_lsh_searches_find_the_planted_rescans():
+    """LSH is sure from IDENTITY_ERROR; planted pairs at ~0.85 are found by both."""
+    rng = np.random.default_rng(3)
+    n, d = 600, 2872
+    prints = rng.standard_normal((n, 30)) @ rng.standard_normal((30, d)) \
+        + 4.0 * rng.standard_normal((n, d))
+    planted = {(i, n - 1 - i) for i in range(8)}
+    for i, j in planted:
+        prints[j] = prints[i] + 0.6 * prints[i].std() * rng.standard_normal(d)
+    exact_info, lsh_info = {}, {}
+    exact = find_identity_matches(prints, method="exact", info=exact_info)
+    lsh = find_identity_matches(prints, method="lsh", info=lsh_info)
+    assert {(i, j) for i, j, _ in exact} == planted
+    assert [(i, j) for i, j, _ in lsh] == [(i, j) for i, j, _ in exact]
+    assert min(c for *_, c in exact) > IDENTITY_ERROR
+    assert lsh_info["pairs_compared"] < exact_info["pairs_compared"] // 20
+    assert lsh_info["lsh_sure_from"] == IDENTITY_ERROR > IDENTITY_WARNING
+
+
+def test_identity_arguments_are_validated():
+    prints = np.random.default_rng(0).standard_normal((4, 8))
+    with pytest.raises(ValueError, match="identity threshold must be in"):
+        find_identity_matches(prints, 1.5)
+    with pytest.raises(ValueError, match="unknown identity search method 'fast'"):
+        find_identity_matches(prints, method="fast")
