@@ -43,10 +43,8 @@ import numpy as np
 from mriprep.splits.near_duplicates import (
     EXACT_SEARCH_MAX,
     NEAR_DUPLICATE_THRESHOLD,
-    _exact_pairs,
     _lsh_candidates,
-    _verify_pairs,
-    normalise_fingerprints,
+    correlated_pairs,
 )
 
 IDENTITY_BLOCKS = 32
@@ -158,33 +156,15 @@ def find_identity_matches(
     list of (i, j, correlation)
         Row indices with i < j, by decreasing correlation.
     """
-    if not 0 < threshold < 1:
-        raise ValueError(f"identity threshold must be in (0, 1), got {threshold}")
-    info = info if info is not None else {}
-    normalised, usable = normalise_fingerprints(descriptors)
-    rows = np.flatnonzero(usable)
-    vectors = normalised[rows]
-    n = len(rows)
-    if method == "auto":
-        method = "exact" if n <= EXACT_SEARCH_MAX else "lsh"
-    if method not in ("exact", "lsh"):
-        raise ValueError(f"unknown identity search method {method!r}; use auto, exact or lsh")
-    info.update(method=method, entries=int(n), threshold=threshold)
-    if n < 2:
-        info["pairs_compared"] = 0
-        return []
-    if method == "exact":
-        pairs = _exact_pairs(vectors, threshold)
-        info["pairs_compared"] = n * (n - 1) // 2
-    else:
-        sure = max(threshold, IDENTITY_ERROR)
-        candidates = _lsh_candidates(_sketch(vectors, seed), _sketch_threshold(sure), seed,
-                                     miss_probability, info, bits=_band_bits(n),
-                                     filter_bits=FILTER_BITS, margin_sd=FILTER_MARGIN_SD)
-        info.update(pairs_compared=int(len(candidates)), lsh_sure_from=sure)
-        pairs = _verify_pairs(vectors, candidates, threshold)
-    found = [(int(rows[i]), int(rows[j]), float(c)) for i, j, c in pairs]
-    return sorted(found, key=lambda p: (-p[2], p[0], p[1]))
+    sure = max(threshold, IDENTITY_ERROR)
+
+    def lsh(vectors: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        info["lsh_sure_from"] = sure
+        return _lsh_candidates(_sketch(vectors, seed), _sketch_threshold(sure), seed,
+                               miss_probability, info, bits=_band_bits(len(vectors)),
+                               filter_bits=FILTER_BITS, margin_sd=FILTER_MARGIN_SD)
+
+    return correlated_pairs(descriptors, threshold, method, info, lsh, what="identity search")
 
 
 def _sketch(vectors: np.ndarray, seed: int) -> np.ndarray:

@@ -14,7 +14,7 @@ give the same pairs.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -93,8 +93,27 @@ def find_near_duplicates(
     >>> [(i, j) for i, j, _ in find_near_duplicates(prints, 0.95)]
     [(3, 49)]
     """
+    return correlated_pairs(
+        fingerprints, threshold, method, info,
+        lambda vectors, info: _lsh_candidates(vectors, threshold, seed, miss_probability, info),
+        what="near-duplicate")
+
+
+def correlated_pairs(
+    fingerprints: np.ndarray,
+    threshold: float,
+    method: str,
+    info: dict[str, Any] | None,
+    lsh: Callable[[np.ndarray, dict[str, Any]], np.ndarray],
+    what: str,
+) -> list[tuple[int, int, float]]:
+    """The search both :func:`find_near_duplicates` and
+    :func:`mriprep.splits.identity.find_identity_matches` run: centre and normalise the
+    rows (:func:`normalise_fingerprints`), compare every pair (``exact``) or the
+    candidate pairs ``lsh(vectors, info)`` returns, keep those at or above
+    ``threshold``. ``what`` names the search in errors."""
     if not 0 < threshold < 1:
-        raise ValueError(f"near-duplicate threshold must be in (0, 1), got {threshold}")
+        raise ValueError(f"{what} threshold must be in (0, 1), got {threshold}")
     info = info if info is not None else {}
     normalised, usable = normalise_fingerprints(fingerprints)
     rows = np.flatnonzero(usable)
@@ -103,7 +122,7 @@ def find_near_duplicates(
     if method == "auto":
         method = "exact" if n <= EXACT_SEARCH_MAX else "lsh"
     if method not in ("exact", "lsh"):
-        raise ValueError(f"unknown near-duplicate method {method!r}; use auto, exact or lsh")
+        raise ValueError(f"unknown {what} method {method!r}; use auto, exact or lsh")
     info.update(method=method, entries=int(n), threshold=threshold)
     if n < 2:
         info["pairs_compared"] = 0
@@ -112,7 +131,7 @@ def find_near_duplicates(
         pairs = _exact_pairs(vectors, threshold)
         info["pairs_compared"] = n * (n - 1) // 2
     else:
-        candidates = _lsh_candidates(vectors, threshold, seed, miss_probability, info)
+        candidates = lsh(vectors, info)
         info["pairs_compared"] = int(len(candidates))
         pairs = _verify_pairs(vectors, candidates, threshold)
     found = [(int(rows[i]), int(rows[j]), float(c)) for i, j, c in pairs]

@@ -203,7 +203,7 @@ def test_exact_and_lsh_searches_find_the_planted_rescans():
 
 def test_identity_arguments_are_validated():
     prints = np.random.default_rng(0).standard_normal((4, 8))
-    with pytest.raises(ValueError, match="identity threshold must be in"):
+    with pytest.raises(ValueError, match="identity search threshold must be in"):
         find_identity_matches(prints, 1.5)
     with pytest.raises(ValueError, match="unknown identity search method 'fast'"):
         find_identity_matches(prints, method="fast")
