@@ -132,10 +132,20 @@ class Cache:
         return _read_json(path)
 
     def tensor_path(self, key: str, name: str) -> Path:
-        """The file of tensor ``name`` of an entry: ``<name>.b2nd`` when the entry stores
-        it compressed, else ``<name>.npy`` (which need not exist)."""
+        """The file of tensor ``name`` of an entry known by its key only: ``<name>.b2nd``
+        when the entry stores it compressed, else ``<name>.npy`` (which need not exist).
+        With the entry's index record at hand, :meth:`entry_file` reads the name from it
+        instead, without looking at the disk."""
         compressed = self.entry_dir(key) / f"{name}{COMPRESSED_SUFFIX}"
         return compressed if compressed.is_file() else self.entry_dir(key) / f"{name}{NPY_SUFFIX}"
+
+    def entry_file(self, entry: IndexEntry, name: str) -> Path:
+        """The file of tensor ``name`` as ``entry``'s record names it (``.npy`` or
+        ``.b2nd``); :meth:`tensor_path` for a tensor the record does not list."""
+        record = entry.files.get(name)
+        if record is None:
+            return self.tensor_path(entry.key, name)
+        return self.entry_dir(entry.key) / record.file
 
     def load_tensor(self, key: str, name: str, mmap: bool = True) -> np.ndarray:
         """A tensor of an entry as a NumPy array, never unpickled: a ``.npy`` memory-mapped

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from mriprep.cache import Cache, IndexEntry
-from mriprep.cache.formats import decode_into
+from mriprep.cache.formats import decode_into, open_tensor
 from mriprep.core.errors import CacheError
 from mriprep.training.buffers import (
     Allocator,
@@ -349,10 +349,17 @@ class MRIDataset(Dataset):
         it: a read-only memory map of a ``.npy`` (never unpickled), or a blosc2 array that
         decodes only the chunks the region touches."""
         ref = self.entries[entry]
-        array = self.cache.open_tensor(ref.key, name)
+        # The file the index names (no stat per item to find out its format); its
+        # existence and size were checked at opening (check_files).
+        path = self.cache.entry_file(ref, name)
+        try:
+            array = open_tensor(path)
+        except FileNotFoundError:
+            raise CacheError(f"{path} (subject {ref.subject_id!r}) is gone since the "
+                             "dataset was opened; rerun `mriprep run` to rebuild it") from None
         if array.shape != self.shapes[entry]:
             raise CacheError(
-                f"{self.cache.tensor_path(ref.key, name)} (subject {ref.subject_id!r}) has "
+                f"{path} (subject {ref.subject_id!r}) has "
                 f"shape {array.shape}, the index says {self.shapes[entry]}; the cache is "
                 "corrupt: run `mriprep check` and rebuild the entry with `mriprep run --force`"
             )

@@ -110,7 +110,7 @@ def check_files(cache: Cache, entries: list[IndexEntry], labels: bool) -> None:
     problems = []
     for e in entries:
         for name in names:
-            path = cache.tensor_path(e.key, name)
+            path = cache.entry_file(e, name)
             try:
                 size = path.stat().st_size
             except FileNotFoundError:

@@ -147,7 +147,7 @@ def torchio_subjects(dataset: "MRIDataset", transform=None):
     for entry, affine, shape in zip(dataset.entries, dataset.affines, dataset.shapes):
         reader = functools.partial(read_cached_tensor, affine=np.asarray(affine),
                                    shape=shape)
-        images = {name: kinds[name](dataset.cache.tensor_path(entry.key, name), reader=reader)
+        images = {name: kinds[name](dataset.cache.entry_file(entry, name), reader=reader)
                   for name in names}
         subjects.append(tio.Subject(**images, subject_id=entry.subject_id,
                                     session_id=entry.session_id))
