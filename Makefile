@@ -14,7 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm]"
 	touch $(STAMP)
 
 test: $(STAMP)

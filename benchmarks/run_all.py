@@ -33,7 +33,7 @@ def _bench(name: str):
 
 
 SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
-            "loader", "storage", "guards", "training", "check", "identity")
+            "loader", "storage", "guards", "training", "check", "identity", "scale")
 
 
 def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
@@ -54,6 +54,7 @@ def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
         "training": lambda: _training_section(work),
         "check": lambda: _check_section(work),
         "identity": lambda: _bench("bench_identity").main(["--work-dir", str(work / "identity")]),
+        "scale": lambda: _bench("bench_scale").main(["--work-dir", str(work / "scale")]),
     }
 
 

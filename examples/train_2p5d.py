@@ -228,6 +228,11 @@ class TrainingStep:
 def train(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     common = dict(mode="slice", axis=args.axis, context=args.context)
+    if args.fold is not None:
+        # K-fold: fold k validates, the other folds train (the manifest's fold column).
+        common |= dict(manifest=args.manifest, fold=args.fold)
+    elif args.manifest is not None:
+        common |= dict(manifest=args.manifest)
     train_set = MRIDataset(args.cache, args.train_split, **common)
     val_set = MRIDataset(args.cache, args.val_split, **common)
     values = label_values(train_set)
@@ -329,6 +334,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--val-split", default="val")
     p.add_argument("--val-slices", type=int, default=64,
                    help="validate on this many evenly spaced slices (0: all)")
+    p.add_argument("--manifest", type=Path,
+                   help="read only this manifest's subjects, with its splits (and folds)")
+    p.add_argument("--fold", type=int,
+                   help="K-fold: validate on fold N of --manifest's fold column (`mriprep "
+                   "splits --folds K`), train on the others")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", action="store_true",
                    help="run `mriprep check CACHE --dtype float16` first, as a job's first "
@@ -339,8 +349,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.fold is not None and args.manifest is None:
+        print("train_2p5d: --fold needs --manifest (the manifest with the fold column)",
+              file=sys.stderr)
+        return 2
     if args.check:
-        if mriprep_cli(["check", str(args.cache), "--dtype", "float16"]) != 0:
+        manifest = ["--manifest", str(args.manifest)] if args.manifest else []
+        if mriprep_cli(["check", str(args.cache), "--dtype", "float16", *manifest]) != 0:
             print(f"train_2p5d: `mriprep check {args.cache}` found problems; not training",
                   file=sys.stderr)
             return 1

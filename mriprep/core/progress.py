@@ -49,6 +49,11 @@ class ProgressBar:
                 self._bar.set_postfix(postfix, refresh=False)
             self._bar.update(1)
 
+    def set_postfix(self, postfix: dict[str, Any]) -> None:
+        """Change the counts shown after the bar without advancing it."""
+        if self._bar is not None:
+            self._bar.set_postfix(postfix)
+
     def write(self, line: str) -> None:
         """A line above the bar (or a plain line when no bar is shown)."""
         if self._bar is not None:

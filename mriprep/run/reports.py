@@ -69,20 +69,19 @@ def write_reports(
 def report_csv(rows: list[dict[str, Any]]) -> str:
     """Rows as CSV: fixed columns, then one ``stage.metric`` column per metric seen."""
     flat_rows = []
-    metric_columns: list[str] = []
+    metric_columns: dict[str, None] = {}  # ordered as first seen, found in O(1)
     for row in rows:
         flat = {k: row.get(k) for k in REPORT_COLUMNS}
         for stage_name, metrics in (row.get("metrics") or {}).items():
             for metric, value in metrics.items():
                 column = f"{stage_name}.{metric}"
-                if column not in metric_columns:
-                    metric_columns.append(column)
+                metric_columns.setdefault(column)
                 flat[column] = value if not isinstance(value, (list, dict)) else json.dumps(value)
         flat["warnings"] = "; ".join(row.get("warnings") or [])
         flat_rows.append(flat)
     out = io.StringIO()
     writer = csv.DictWriter(
-        out, fieldnames=list(REPORT_COLUMNS) + ["warnings"] + metric_columns,
+        out, fieldnames=list(REPORT_COLUMNS) + ["warnings"] + list(metric_columns),
         extrasaction="ignore", lineterminator="\n",
     )
     writer.writeheader()

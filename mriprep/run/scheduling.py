@@ -11,10 +11,12 @@ Schedulers
 ``threads`` / ``sync``
     dask's local threaded or single-threaded scheduler in this process (debugging, or
     machines where spawning processes is not allowed).
+``slurm``
+    Slurm jobs of one worker each, submitted, scaled and cancelled by the run itself
+    (:mod:`mriprep.run.slurm`), with the same worker settings as the local cluster.
 ``tcp://HOST:PORT`` (any address with ``://``)
-    A running ``dask.distributed`` scheduler (``dask scheduler`` + ``dask worker``,
-    dask-jobqueue on SLURM). The workers need mriprep installed and the input files and
-    cache folder at the same paths.
+    A running ``dask.distributed`` scheduler (``dask scheduler`` + ``dask worker``). The
+    workers need mriprep installed and the input files and cache folder at the same paths.
 
 Every worker pins ITK, ANTs and BLAS to a fixed thread count (1 by default): parallelism
 comes from subjects, and a fixed count keeps registration reproducible. Workers also keep
@@ -34,7 +36,7 @@ import os
 
 from mriprep.core.errors import SchedulerError
 
-SCHEDULERS = ("processes", "threads", "sync")
+SCHEDULERS = ("processes", "threads", "sync", "slurm")
 # Environment variables read by the native libraries the stages use. Workers are started
 # with them set, and each task sets them again because a remote worker may not be.
 THREAD_ENV_VARS = (
@@ -151,26 +153,39 @@ def keep_freed_memory(keep_bytes: int = MALLOC_KEEP_BYTES) -> bool:
 
 
 @contextlib.contextmanager
-def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: bool = True):
-    """A dask.distributed Client for ``scheduler``, or None for dask's local schedulers.
+def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: bool = True,
+                     *, slurm=None, slurm_logs=None, on_jobs=None):
+    """(client, board): a dask.distributed Client for ``scheduler`` (None for dask's
+    local schedulers) and, on Slurm, the :class:`~mriprep.run.slurm.JobBoard` that runs
+    its jobs (else None).
 
-    ``processes`` starts a private LocalCluster (only when ``needed``), an address
-    connects to a running scheduler; ``threads`` and ``sync`` need no client.
+    ``processes`` starts a private LocalCluster (only when ``needed``), ``slurm`` a
+    SLURMCluster for the profile ``slurm`` whose job logs go to ``slurm_logs``, an
+    address connects to a running scheduler; ``threads`` and ``sync`` need no client.
 
     Raises
     ------
     SchedulerError
-        An unknown scheduler name or an unreachable address.
+        An unknown scheduler name, an unreachable address, a profile Slurm refuses.
     """
-    if scheduler in ("threads", "sync") or (scheduler == "processes" and not needed):
-        yield None
+    if scheduler in ("threads", "sync") or (scheduler in ("processes", "slurm")
+                                            and not needed):
+        yield None, None
     elif scheduler == "processes":
         with local_client(workers, threads) as client:
-            yield client
+            yield client, None
+    elif scheduler == "slurm":
+        from pathlib import Path
+
+        from mriprep.run.slurm import SlurmProfile, slurm_client
+
+        with slurm_client(slurm or SlurmProfile(), threads, Path(slurm_logs),
+                          on_status=on_jobs) as (client, board):
+            yield client, board
     elif "://" in scheduler:
         client = connect(scheduler)
         try:
-            yield client
+            yield client, None
         finally:
             client.close()
     else:

@@ -317,8 +317,8 @@ def test_config_errors_exit_2_before_any_subject(cohort, tmp_path, capsys):
     assert "key 'sigma_vox' = 'wide' must be a number" in err
     assert not cache_root.exists()
     assert main(["run", str(cohort / "cohort.csv"), "-o", str(cache_root), "-p",
-                 str(write_pipeline(cohort)), "--scheduler", "slurm"]) == 2
-    assert "unknown scheduler 'slurm'" in capsys.readouterr().err
+                 str(write_pipeline(cohort)), "--scheduler", "pbs"]) == 2
+    assert "unknown scheduler 'pbs'" in capsys.readouterr().err
     assert not cache_root.exists()
 
 

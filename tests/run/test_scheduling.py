@@ -99,22 +99,3 @@ def test_dask_env_vars_set_the_same_config_in_a_process_started_elsewhere():
     out = subprocess.run([sys.executable, "-c", script, json.dumps(list(QUIET_DASK_CONFIG))],
                          capture_output=True, text=True, check=True, env=env).stdout
     assert json.loads(out) == QUIET_DASK_CONFIG
-
-
-def test_the_readmes_slurm_recipe_exports_every_worker_setting():
-    from pathlib import Path
-
-    from mriprep.run.scheduling import (
-        MALLOC_ENV,
-        NUMPY_HUGEPAGE_ENV,
-        QUIET_DASK_CONFIG,
-        dask_env_vars,
-    )
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    recipe = readme[readme.index("SLURMCluster("):]
-    recipe = recipe[:recipe.index("```")]
-    wanted = MALLOC_ENV | NUMPY_HUGEPAGE_ENV | dask_env_vars(QUIET_DASK_CONFIG)
-    missing = [f"{name}={value}" for name, value in wanted.items()
-               if f"{name}={value}" not in recipe]
-    assert not missing, f"README's SLURM recipe lacks {missing}"
