@@ -24,9 +24,11 @@ training finished with finite losses, 3 when something turned non-finite (the me
 names where), 1 when ``--check`` found the cache unsound, 2 for a usage error.
 
     python examples/train_2p5d.py CACHE [--epochs 5] [--device cuda] [--check]
+    python examples/train_2p5d.py CACHE --manifest folds.csv --fold 2   # K-fold: fold 2 validates
 
 On the demo cache (``make demo``) and a 2-core CPU, ``--epochs 2 --steps-per-epoch 20``
-takes about a minute. ``benchmarks/gpu_check.py`` runs it on CUDA with AMP.
+takes about a minute. ``benchmarks/gpu_check.py`` runs it on CUDA with AMP;
+``examples/train_4gpu.sbatch`` runs four folds at once on a 4-GPU Slurm node.
 """
 
 from __future__ import annotations
