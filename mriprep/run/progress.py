@@ -51,8 +51,8 @@ class ProgressReporter:
         status = self.job_status
         if status is None:
             return {}
-        reason = f" ({status.pending_reason})" if status.pending_reason else ""
-        return {"jobs running": str(status.running), "pending": f"{status.pending}{reason}"}
+        return {"jobs running": str(status.running),
+                "pending": f"{status.pending}{_held_by(status)}"}
 
     def __call__(self, result: SubjectResult) -> None:
         self.counts[result.status] += 1
@@ -75,13 +75,18 @@ class ProgressReporter:
         jobs = ""
         if self.job_status is not None:
             status = self.job_status
-            reason = f" ({status.pending_reason})" if status.pending_reason else ""
-            jobs = f"; Slurm jobs: {status.running} running, {status.pending} pending{reason}"
+            jobs = (f"; Slurm jobs: {status.running} running, {status.pending} pending"
+                    f"{_held_by(status)}")
         return (f"mriprep run: {done}/{self.total} subjects done ({parts}), "
                 f"{rate:.1f} subjects/min{eta}{jobs}")
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _held_by(status) -> str:
+    """Why Slurm holds the pending jobs, as " (Priority)", or ""."""
+    return f" ({status.pending_reason})" if status.pending_reason else ""
 
 
 def _duration(seconds: float) -> str:

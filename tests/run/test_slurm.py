@@ -144,19 +144,19 @@ def test_job_board_counts_each_departure_against_its_subject_and_cancels_past_th
     board._futures, board._names = {"k7": future}, {"k7": "sub-07", "k8": "sub-08"}
     board._retired.add("tcp://idle:1")
     # A worker the board retired itself (idle, at the tail) costs no subject anything.
-    board._count_death(1.0, {"action": "remove-worker", "worker": "tcp://idle:1",
+    board._count_death({"action": "remove-worker", "worker": "tcp://idle:1",
                              "processing-tasks": {"k8"}, "expected": True})
     assert board.deaths == {}
     # A worker leaving at its walltime counts: a subject longer than the walltime would
     # otherwise be handed on forever.
-    board._count_death(2.0, {"action": "remove-worker", "worker": "tcp://a:1",
+    board._count_death({"action": "remove-worker", "worker": "tcp://a:1",
                              "processing-tasks": {"k7"}, "expected": True})
     assert board._news == ["the worker of its job left at the end of its walltime "
                            "(--walltime: a subject must finish within it) while running "
                            "sub-07; it goes to another job (attempt 2 of 2)"]
     board._cancel_exhausted()
     assert not future.cancelled
-    board._count_death(3.0, {"action": "remove-worker", "worker": "tcp://b:1",
+    board._count_death({"action": "remove-worker", "worker": "tcp://b:1",
                              "processing-tasks": {"k7", "unrelated"}, "expected": True})
     board._cancel_exhausted()
     assert future.cancelled and len(board._news) == 1  # no "attempt 3 of 2"

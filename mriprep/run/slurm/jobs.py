@@ -74,23 +74,23 @@ class JobStatus:
     pending_reason: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Death:
-    """One departure of a worker that was running a subject."""
+    """One departure of a worker that was running a subject, with its fate in words,
+    read once when it is counted."""
 
-    address: str
     job_id: str | None
-    at: float
-    subjects: tuple[str, ...]
-    # The worker left on its own, at its lifetime (WALLTIME_MARGIN_S before the walltime).
-    expected: bool = False
+    fate: str
 
-    def fate(self) -> str:
-        if self.expected:
-            job = f"job {self.job_id}" if self.job_id else "its job"
-            return (f"the worker of {job} left at the end of its walltime (--walltime: a "
-                    "subject must finish within it)")
-        return describe_fate(self.job_id)
+
+def fate_of_departure(job_id: str | None, expected: bool) -> str:
+    """What ended a worker: its own leaving at the lifetime (``expected``: WALLTIME_MARGIN_S
+    before the walltime), else its job's fate in Slurm."""
+    if expected:
+        job = f"job {job_id}" if job_id else "its job"
+        return (f"the worker of {job} left at the end of its walltime (--walltime: a "
+                "subject must finish within it)")
+    return describe_fate(job_id)
 
 
 def slurm_state(job_id: str) -> tuple[str, str]:
@@ -209,7 +209,7 @@ class JobBoard:
             if len(deaths) > self.retries or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        fates = "; ".join(d.fate() for d in deaths) or "no job fate recorded"
+        fates = "; ".join(d.fate for d in deaths) or "no job fate recorded"
         logs = sorted({self._log_of(d.job_id) for d in deaths if d.job_id})
         where = f"; the jobs' logs: {', '.join(logs)}" if logs else ""
         return (f"the Slurm job running this subject died {len(deaths)} time(s), more than "
@@ -294,25 +294,24 @@ class JobBoard:
         with self._counting:
             with self._lock:
                 events, self._events = self._events, []
-            for at, msg in events:
+            for _, msg in events:
                 if isinstance(msg, dict) and msg.get("action") == "remove-worker":
-                    self._count_death(at, msg)
+                    self._count_death(msg)
 
-    def _count_death(self, at: float, msg: dict) -> None:
+    def _count_death(self, msg: dict) -> None:
         address = msg.get("worker", "")
         keys = tuple(k for k in msg.get("processing-tasks", ()) if k in self._names)
         if not keys or address in self._retired:
             return
-        death = Death(address=address, job_id=self._job_of.get(address), at=at,
-                      subjects=tuple(self._names[k] for k in keys),
-                      expected=bool(msg.get("expected")))
-        fate = death.fate()
+        job_id = self._job_of.get(address)
+        death = Death(job_id=job_id,
+                      fate=fate_of_departure(job_id, bool(msg.get("expected"))))
         for key in keys:
             self.deaths.setdefault(key, []).append(death)
             count = len(self.deaths[key])
             if count <= self.retries:
-                self._say(f"{fate} while running {self._names[key]}; it goes to another "
-                          f"job (attempt {count + 1} of {self.retries + 1})")
+                self._say(f"{death.fate} while running {self._names[key]}; it goes to "
+                          f"another job (attempt {count + 1} of {self.retries + 1})")
 
     def _cancel_exhausted(self) -> None:
         for key, deaths in list(self.deaths.items()):

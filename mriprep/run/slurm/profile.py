@@ -44,8 +44,6 @@ DEFAULT_RETRIES = 2
 WALLTIME_MARGIN_S = 300
 
 _WALLTIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d\d))?(?::(\d\d))?$")
-_KEYS = ("partition", "account", "qos", "walltime", "memory", "jobs", "sbatch", "setup",
-         "python", "interface", "retries", "log_directory", "local_directory")
 
 
 @dataclass(frozen=True)
@@ -150,10 +148,11 @@ def load_slurm_profile(path: str | os.PathLike) -> SlurmProfile:
     if not isinstance(doc, dict):
         raise SchedulerError(f"Slurm profile {path} must be a mapping of keys such as "
                              f"partition: and walltime:, got {type(doc).__name__}")
-    unknown = sorted(set(doc) - set(_KEYS))
+    known = [f.name for f in dataclasses.fields(SlurmProfile) if f.name != "source"]
+    unknown = sorted(set(doc) - set(known))
     if unknown:
         raise SchedulerError(f"Slurm profile {path}: unknown key(s) {', '.join(unknown)}; "
-                             f"known keys: {', '.join(_KEYS)}")
+                             f"known keys: {', '.join(known)}")
     values = dict(doc)
     for key in ("sbatch", "setup"):
         if key in values:
