@@ -40,13 +40,15 @@ import numpy as np
 
 from mriprep.stages.registration.ants_backend import ITK_THREADS_VARIABLE
 
-ANCHORS = ("ANTs Rigid", "Greedy")
+ANCHORS = ("ANTs Rigid", "ANTs Similarity", "Greedy")
 MRIPREP = "mriprep"
 # Acquisitions the anchors run on (each ~25 s a scan): the reference and three others.
 ANCHOR_ACQUISITIONS = ("1mm", "ax3_tilt20", "cor5_lps", "sag5_vertex")
 # The measures the checks apply, with the limit's parameter and its direction.
 MEASURES = (
     ("head_length_mm", "min_head_length_mm", ">="),
+    ("head_scale", "min_head_scale", ">="),
+    ("head_scale", "max_head_scale", "<="),
     ("search_best_ncc", "min_search_ncc", ">="),
     ("overlap", "min_overlap", ">="),
     ("similarity", "min_similarity", ">="),
@@ -55,6 +57,7 @@ MEASURES = (
 # A measure's failures are those of the kinds it exists to catch.
 CAUGHT_BY = {
     "head_length_mm": ("head_size",),
+    "head_scale": ("head_size",),
     "search_best_ncc": ("no_brain",),
     "overlap": ("field_of_view",),
     "similarity": ("not_t1", "no_brain"),
@@ -94,7 +97,9 @@ def detect(cases, threads: int) -> list[dict[str, Any]]:
                 row.update(outcome="accepted", cause=None)
             row["seconds"] = time.perf_counter() - start
             row["estimate"] = metrics.get("template_to_subject")
-            for measure, _, _ in MEASURES:
+            for measure in dict.fromkeys(m for m, _, _ in MEASURES):
+                row[measure] = metrics.get(measure)
+            for measure in ("scalp_share", "skull_stripped", "bias_ratio"):
                 row[measure] = metrics.get(measure)
         row["ok"] = (row["cause"] is None if case.kind == "good"
                      else row["cause"] in case.expected_causes)
@@ -116,7 +121,8 @@ def measure_ranges(rows) -> list[dict[str, Any]]:
     defaults = RegisterParams()
     out = []
     for measure, limit_name, direction in MEASURES:
-        good = [r[measure] for r in rows if r["kind"] == "good" and r.get(measure) is not None]
+        good = [r[measure] for r in rows if r["kind"] == "good" and r.get(measure) is not None
+                and r["outcome"] == "accepted"]
         bad = [r[measure] for r in rows if r["kind"] in CAUGHT_BY[measure]
                and r.get(measure) is not None]
         out.append({"measure": measure, "limit": f"{direction} {getattr(defaults, limit_name):g}",
@@ -133,7 +139,8 @@ def anchors(cases, rows, threads: int) -> list[dict[str, Any]]:
 
     template = load_template("mni152")
     by_name = {r["case"]: r for r in rows}
-    runners = {"ANTs Rigid": _ants_rigid, "Greedy": _greedy}
+    runners = {"ANTs Rigid": _ants_rigid, "ANTs Similarity": _ants_similarity,
+               "Greedy": _greedy}
     out = []
     for case in cases:
         volume = preprocessed(case.build(), case.name)
@@ -150,13 +157,23 @@ def anchors(cases, rows, threads: int) -> list[dict[str, Any]]:
 
 def _ants_rigid(volume, template, threads: int) -> np.ndarray:
     """ANTsPy's registration, type_of_transform="Rigid", defaults; template_to_subject."""
+    return _ants(volume, template, "Rigid")
+
+
+def _ants_similarity(volume, template, threads: int) -> np.ndarray:
+    """ANTsPy's registration, type_of_transform="Similarity" (rigid plus an isotropic
+    scale), defaults; template_to_subject."""
+    return _ants(volume, template, "Similarity")
+
+
+def _ants(volume, template, kind: str) -> np.ndarray:
     import ants
 
     from mriprep.stages.registration.geometry import ants_image, matrix_from_ants
 
     result = ants.registration(ants_image(template.data, template.affine),
                                ants_image(volume.data, volume.affine),
-                               type_of_transform="Rigid")
+                               type_of_transform=kind)
     matrix = matrix_from_ants(ants.read_transform(result["fwdtransforms"][0]))
     for path in set(result["fwdtransforms"]) | set(result["invtransforms"]):
         Path(path).unlink(missing_ok=True)
@@ -265,6 +282,8 @@ def report(rows, ranges, summary) -> str:
                      else f"{m['failures'][0]:.3g} .. {m['failures'][1]:.3g}")
         lines.append(f"  {m['measure']:16s} limit {m['limit']:>7s}   good {good_range:>15s} "
                      f"(n={m['n_good']})   failures {bad_range:>15s} (n={m['n_failures']})")
+    lines += stripped_report(rows)
+    lines += variation_report(rows)
     if summary:
         lines.append("\nTRE (mm, over the template brain) and time per scan, same scans and "
                      "threads:")
@@ -277,6 +296,50 @@ def report(rows, ranges, summary) -> str:
                          f"{s['consistency_max']:.3f} {truth:>18s} {s['median_seconds']:9.2f}")
         lines += goals(rows, summary)
     return "\n".join(lines)
+
+
+def variation_report(rows) -> list[str]:
+    """mriprep's consistency on every accepted good scan, grouped by what varies: the
+    acquisition, or the population's variation (head size, bias, stripped, defaced...),
+    each against the same head's reference scan through the known motion."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in accuracy([r for r in rows if r["kind"] == "good" and r["ok"]]):
+        variation = row["case"].split("/", 1)[1]
+        variation = "size" if variation.startswith("size") else variation
+        groups["bias" if variation.startswith("bias") else variation].append(row)
+    lines = ["\nconsistency (mm, mriprep, every accepted scan) by variation:",
+             f"  {'variation':22s} {'n':>3s} {'mean':>7s} {'max':>7s}"]
+    for variation, mine in sorted(groups.items()):
+        lines.append(f"  {variation:22s} {len(mine):3d} "
+                     f"{np.mean([r['consistency_mean'] for r in mine]):7.3f} "
+                     f"{max(r['consistency_max'] for r in mine):7.3f}")
+    return lines
+
+
+def stripped_report(rows) -> list[str]:
+    """Skull-stripped detection: the scalp share of scans with a scalp against stripped
+    ones, and the pairs of one head registered with and without its scalp."""
+    from mriprep.stages.registration.checks import STRIPPED_SCALP_SHARE
+
+    accepted = [r for r in rows if r["kind"] == "good" and r.get("scalp_share") is not None]
+    stripped = [r for r in accepted if _is_stripped_case(r["case"])]
+    whole = [r for r in accepted if not _is_stripped_case(r["case"])]
+    lines = [f"\nskull-stripped detection (scalp share < {STRIPPED_SCALP_SHARE:g}):"]
+    for label, mine, expect in (("with scalp", whole, False), ("stripped", stripped, True)):
+        if mine:
+            shares = [r["scalp_share"] for r in mine]
+            right = sum(bool(r["skull_stripped"]) == expect for r in mine)
+            lines.append(f"  {label:11s} n={len(mine):3d} scalp share {min(shares):.3f} .. "
+                         f"{max(shares):.3f}; detected as {'stripped' if expect else 'whole'}: "
+                         f"{right}/{len(mine)}")
+    lines += [f"      BAD {r['case']}: scalp share {r['scalp_share']:.3f}" for r in accepted
+              if bool(r["skull_stripped"]) != _is_stripped_case(r["case"])]
+    return lines
+
+
+def _is_stripped_case(name: str) -> bool:
+    return name.startswith("colin27_brain/") or name.endswith("/stripped") or (
+        name.startswith("colin27_05mm/"))
 
 
 def goals(rows, summary) -> list[str]:
@@ -311,13 +374,15 @@ def run(people: int, anchor_anatomies: int, threads: int) -> dict[str, Any]:
     import SimpleITK as sitk
 
     from mriprep.demo.calibration import calibration_cases
+    from mriprep.demo.population import population_cases
     from mriprep.demo.real_scans import HOW_TO_GET, real_scans_folder
     from mriprep.stages.register import RegisterParams, prepare_template
 
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
     if real_scans_folder() is None:
         print(f"note: no real scans here, synthetic people only ({HOW_TO_GET})")
-    cases = calibration_cases(people=people)
+    calibration = calibration_cases(people=people)
+    cases = calibration + population_cases(people=min(people, 2))
     prepare_template(RegisterParams(threads=threads))
     print(f"detection: {len(cases)} cases", flush=True)
     rows = detect(cases, threads)
@@ -326,7 +391,9 @@ def run(people: int, anchor_anatomies: int, threads: int) -> dict[str, Any]:
     real = [a for a in anatomies if not a.startswith("person-")]
     chosen = (anatomies[: anchor_anatomies - anchor_anatomies // 2]
               + real[: anchor_anatomies // 2]) if real else anatomies[:anchor_anatomies]
-    anchor_cases = [c for c in cases if c.kind == "good" and c.anatomy in chosen
+    # The anchors take ~30 s a scan each: they run on the calibration set's acquisitions
+    # of the chosen anatomies, not on the whole population.
+    anchor_cases = [c for c in calibration if c.kind == "good" and c.anatomy in chosen
                     and c.acquisition in ANCHOR_ACQUISITIONS]
     timed = []
     if anchor_cases:

@@ -15,7 +15,8 @@ Layout of a cache folder::
       quarantine/<key>/           damaged entries moved aside by mriprep.maintenance.repair
 
 Identity. ``<key>`` is the SHA-256 of the subject and session ids, the SHA-256 of every
-input file's bytes and the pipeline hash (:func:`entry_key`). Changing an input byte or a
+input file's bytes, the pipeline hash and the NIfTI form (qform or sform) the input was
+read with, when one was chosen (a manifest row's ``header``; :func:`entry_key`). Changing an input byte or a
 parameter gives a new key, so a rerun recomputes exactly what changed and skips the rest.
 
 Atomicity. An entry is written into a private folder under ``entries/.tmp``, every file

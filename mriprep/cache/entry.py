@@ -182,6 +182,13 @@ class IndexEntry:
         return self._doc.get("inputs") or {}
 
     @property
+    def header(self) -> str:
+        """The NIfTI form the input was read with: ``qform``, ``sform``, or ``auto``
+        (FastSurfer's rule; also for an entry made before the choice was recorded)."""
+        value = self._doc.get("header")
+        return value if value in ("qform", "sform") else "auto"
+
+    @property
     def label_values(self) -> tuple[int, ...] | None:
         """The allowed label values the entry records (a stage declares them, e.g.
         validate's ``allowed_labels``); None when it records none."""

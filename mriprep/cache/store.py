@@ -51,18 +51,24 @@ REQUIRED_META = (
 
 
 def entry_key(
-    subject_id: str, session_id: str, input_hashes: dict[str, str], pipeline_hash: str
+    subject_id: str, session_id: str, input_hashes: dict[str, str], pipeline_hash: str,
+    header: str = "auto",
 ) -> str:
-    """Content address of one cache entry (hex SHA-256)."""
-    payload = json.dumps(
-        {
-            "subject_id": subject_id,
-            "session_id": session_id or "",
-            "inputs": dict(sorted(input_hashes.items())),
-            "pipeline": pipeline_hash,
-        },
-        sort_keys=True,
-    )
+    """Content address of one cache entry (hex SHA-256).
+
+    ``header`` is the NIfTI form the input was read with (``auto``, ``qform``, ``sform``:
+    a manifest row's ``header``, else the pipeline's): another form is another geometry,
+    so another key. ``auto`` leaves the key as it was before the choice existed.
+    """
+    content = {
+        "subject_id": subject_id,
+        "session_id": session_id or "",
+        "inputs": dict(sorted(input_hashes.items())),
+        "pipeline": pipeline_hash,
+    }
+    if header and header != "auto":
+        content["header"] = header
+    payload = json.dumps(content, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

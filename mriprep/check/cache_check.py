@@ -22,6 +22,10 @@ Index checks (pure, on the index entries; :mod:`mriprep.check.index`)
     (warning).
 Quality outliers (:mod:`mriprep.check.quality`, from the QC metrics of each entry)
     ``qc-outlier`` (warning), ``qc-missing`` (warning).
+Header conflicts (:mod:`mriprep.check.headers`, from each entry's load record)
+    ``header-conflict`` (warning: the input's qform and sform place the field of view more
+    than :data:`~mriprep.inputs.headers.FORM_CONFLICT_LIMIT_MM` apart and no ``header:``
+    chose between them).
 Manifest checks (with ``manifest=``; :mod:`mriprep.check.manifest`)
     ``manifest-missing``, ``manifest-failed``, ``manifest-split-mismatch``,
     ``manifest-excluded`` (warning), ``not-in-manifest`` (warning).
@@ -53,6 +57,7 @@ from typing import Any, Callable, Iterable
 
 from mriprep.cache import Cache
 from mriprep.check.entries import scan_entries
+from mriprep.check.headers import check_headers
 from mriprep.check.index import check_geometry, check_index, well_formed_entries
 from mriprep.check.labels import check_labels
 from mriprep.check.quality import check_quality
@@ -146,6 +151,7 @@ def check_cache(
         report.near_duplicate_search,
     )
     report.findings += check_labels(index, scans, allowed_labels)
+    report.findings += check_headers(index, {k: s.meta for k, s in scans.items()})
     if index:
         report.findings += check_quality(root, index)
     report.splits = count_splits(index, scans)

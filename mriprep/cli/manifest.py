@@ -147,9 +147,11 @@ def _header_problems(manifest) -> list[str]:
     problems = []
     for row in manifest:
         try:
-            image = read_header(row.image)
+            # The form the row chooses; the pipeline's is not known here (auto).
+            header = row.header or "auto"
+            image = read_header(row.image, header=header)
             if row.label is not None:
-                check_same_grid(read_header(row.label), image)
+                check_same_grid(read_header(row.label, header=header, fallback=True), image)
         except InputError as exc:
             problems.append(f"line {row.row} ({row.name}): {exc}")
     return problems

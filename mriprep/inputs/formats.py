@@ -81,12 +81,18 @@ def image_suffix(path: str | os.PathLike) -> str:
 # --------------------------------------------------------------------------- opening
 
 
-def open_checked(path: Path, max_voxels: int) -> OpenedImage:
-    """Open ``path`` by its suffix and run every header check; no voxel is read."""
+def open_checked(path: Path, max_voxels: int, header: str = "auto",
+                 header_fallback: bool = False) -> OpenedImage:
+    """Open ``path`` by its suffix and run every header check; no voxel is read.
+
+    ``header`` (``auto``, ``qform``, ``sform``) chooses a NIfTI's form (see
+    :func:`~mriprep.inputs.headers.choose_nifti_affine`, which ``header_fallback`` is
+    passed to); the other formats hold one affine and ignore it.
+    """
     _check_file(path)
     suffix = image_suffix(path)
     if suffix in NIBABEL_SUFFIXES:
-        opened = _open_nibabel(path)
+        opened = _open_nibabel(path, header, header_fallback)
     else:
         opened = _open_itk(path)
     check_shape(opened.header, max_voxels)
@@ -122,7 +128,8 @@ def _not_an_image(path: Path, exc: BaseException) -> ImageReadError:
     )
 
 
-def _open_nibabel(path: Path) -> OpenedImage:
+def _open_nibabel(path: Path, header_choice: str = "auto",
+                  header_fallback: bool = False) -> OpenedImage:
     with _nibabel_messages() as messages:
         try:
             # mmap=False: the voxels become float32 anyway, and a mapping would keep the
@@ -150,12 +157,15 @@ def _open_nibabel(path: Path) -> OpenedImage:
                 "file is corrupt: re-export it"
             ) from exc
     warnings = [f"{path}: nibabel fixed the header: {m}" for m in dict.fromkeys(messages)]
+    conflict = None
     if isinstance(img, nib.MGHImage):
         fmt, affine, source = "mgh", np.asarray(img.affine, dtype=np.float64), "mgh"
         slope = inter = stored = None
+        header_choice = "auto"  # one affine: nothing to choose
     else:
         fmt = "nifti2" if isinstance(img, nib.Nifti2Image) else "nifti1"
-        affine, source = choose_nifti_affine(path, hdr, warnings)
+        affine, source, conflict = choose_nifti_affine(path, hdr, warnings, header_choice,
+                                                       header_fallback)
         slope, inter = nifti_scaling(path, hdr, warnings)
         stored = (float(hdr["scl_slope"]), float(hdr["scl_inter"]))
     check_dtype(path, dtype)
@@ -181,6 +191,8 @@ def _open_nibabel(path: Path) -> OpenedImage:
         scl_inter=inter,
         stored_scaling=stored,
         warnings=tuple(warnings),
+        form_conflict_mm=conflict,
+        header_choice=header_choice,
     )
     offset = None
     if fmt.startswith("nifti") and not path.name.lower().endswith(".gz"):

@@ -1,7 +1,9 @@
 """Cohort manifests: one row per scan, read from CSV or TSV, validated all at once.
 
 A manifest lists the scans of a cohort: ``subject_id`` and ``image`` (required), ``label``,
-``split`` and ``session_id`` (optional); any other column is kept as per-row metadata.
+``split``, ``session_id`` and ``header`` (optional); any other column is kept as per-row
+metadata. ``header`` (``qform``, ``sform`` or empty) says which form of a NIfTI header
+gives the scan's geometry, overriding the pipeline's ``header:`` for that scan.
 Paths are relative to the manifest's folder unless absolute, so a cohort folder can be
 moved with its manifest. The schema, with examples, is in ``data_manifests/README.md``.
 
@@ -28,9 +30,12 @@ from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import ManifestError
 
 REQUIRED_COLUMNS = ("subject_id", "image")
-OPTIONAL_COLUMNS = ("session_id", "label", "split")
+OPTIONAL_COLUMNS = ("session_id", "label", "split", "header")
 KNOWN_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 SPLITS = ("train", "val", "test")
+# What the ``header`` column accepts (empty: the pipeline's ``header:`` decides).
+HEADER_FORMS = ("qform", "sform")
+_NIFTI_SUFFIXES = (".nii", ".nii.gz")
 # Bytes, not characters: file systems limit names to 255 bytes, and an id may end up
 # inside a longer file name.
 MAX_ID_BYTES = 128
@@ -44,7 +49,9 @@ class ManifestRow:
 
     ``row`` is the line number in the manifest file (header = line 1; 0 for rows made in
     code). ``image`` and ``label`` are absolute paths. ``split`` is ``"train"``, ``"val"``,
-    ``"test"`` or ``""`` (not assigned). ``metadata`` holds the extra columns as strings.
+    ``"test"`` or ``""`` (not assigned). ``header`` is ``"qform"`` or ``"sform"`` when the
+    manifest chooses the NIfTI form for this scan, ``""`` to leave it to the pipeline.
+    ``metadata`` holds the extra columns as strings.
     """
 
     row: int
@@ -54,6 +61,7 @@ class ManifestRow:
     label: Path | None = None
     split: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
+    header: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -186,8 +194,8 @@ def write_manifest(rows: Iterable[ManifestRow], path: str | os.PathLike) -> Path
     """Write rows as a manifest (TSV for ``.tsv``, CSV otherwise), atomically.
 
     Image and label paths are written relative to the manifest's folder when they lie under
-    it (so the folder can be moved), absolute otherwise. Columns: the known ones, then the
-    metadata columns in order of first appearance.
+    it (so the folder can be moved), absolute otherwise. Columns: the known ones (``header``
+    only when a row sets it), then the metadata columns in order of first appearance.
     """
     path = Path(path)
     rows = list(rows)
@@ -195,7 +203,9 @@ def write_manifest(rows: Iterable[ManifestRow], path: str | os.PathLike) -> Path
     extra: dict[str, None] = {}
     for row in rows:
         extra.update(dict.fromkeys(k for k in row.metadata if k not in KNOWN_COLUMNS))
-    columns = ["subject_id", "session_id", "image", "label", "split", *extra]
+    with_header = any(row.header for row in rows)
+    columns = ["subject_id", "session_id", "image", "label", "split",
+               *(["header"] if with_header else []), *extra]
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, delimiter=delimiter, lineterminator="\n")
@@ -208,6 +218,7 @@ def write_manifest(rows: Iterable[ManifestRow], path: str | os.PathLike) -> Path
                     _relative(row.image, folder),
                     "" if row.label is None else _relative(row.label, folder),
                     row.split,
+                    *([row.header] if with_header else []),
                     *(row.metadata.get(k, "") for k in extra),
                 ]
             )
@@ -342,7 +353,20 @@ def _row(line, cells, header, columns, folder, check_files):
             f"{where}: split {values['split']!r} is not one of {', '.join(SPLITS)} "
             "(leave it empty for an unassigned scan)"
         )
+    header = values.get("header", "").lower()
+    if header and header not in HEADER_FORMS:
+        problems.append(
+            f"{where}: header {values['header']!r} is not one of {', '.join(HEADER_FORMS)} "
+            "(which form of the NIfTI header gives the scan's geometry; leave it empty for "
+            "the pipeline's `header:`, by default FastSurfer's rule)"
+        )
+        header = ""
     image = _resolve(values["image"], folder)
+    if header and image is not None and not image.name.lower().endswith(_NIFTI_SUFFIXES):
+        problems.append(
+            f"{where}: header {values['header']!r} is set but image {values['image']!r} is "
+            "not NIfTI; only NIfTI holds a qform and an sform: leave the cell empty"
+        )
     if image is None:
         problems.append(f"{where}: image is empty")
     elif check_files:
@@ -363,6 +387,7 @@ def _row(line, cells, header, columns, folder, check_files):
         label=label,
         split=split,
         metadata=metadata,
+        header=header,
     )
     return row, problems
 

@@ -4,10 +4,11 @@ Reading happens in two steps. :func:`read_header` opens a file, reads only its h
 decides whether the volume is usable: 3D (or 4D with a single volume), no zero-length axis,
 a voxel count under a limit (so a corrupt header claiming 10^12 voxels is refused before a
 byte of data is allocated), a finite, invertible affine chosen between qform and sform the
-way FastSurfer does. :func:`load_volume` then reads the voxels in the file's own dtype,
-applies the header's scaling and converts to float32, counting every NaN, infinity and
-value too large for float32 (those become +/-Inf, never a silent zero: the sanitize stage
-decides what to do with them).
+way FastSurfer does, or as ``header="qform"`` / ``"sform"`` asks (the pipeline's
+``header:``, the manifest's ``header`` column). :func:`load_volume` then reads the voxels
+in the file's own dtype, applies the header's scaling and converts to float32, counting
+every NaN, infinity and value too large for float32 (those become +/-Inf, never a silent
+zero: the sanitize stage decides what to do with them).
 
 Both refuse with :class:`~mriprep.core.errors.ImageReadError` a file that cannot be read
 (see :mod:`mriprep.inputs.formats`), with :class:`~mriprep.core.errors.HeaderError` an
@@ -30,7 +31,8 @@ from mriprep.inputs.headers import DEFAULT_MAX_VOXELS, ImageHeader
 from mriprep.inputs.labels import check_same_grid, read_label
 
 
-def read_header(path: str | os.PathLike, max_voxels: int = DEFAULT_MAX_VOXELS) -> ImageHeader:
+def read_header(path: str | os.PathLike, max_voxels: int = DEFAULT_MAX_VOXELS,
+                header: str = "auto", fallback: bool = False) -> ImageHeader:
     """Read and check an image header without reading its voxels.
 
     Parameters
@@ -39,6 +41,10 @@ def read_header(path: str | os.PathLike, max_voxels: int = DEFAULT_MAX_VOXELS) -
         A NIfTI, MGH, NRRD or MetaImage file.
     max_voxels : int
         Largest voxel count accepted; checked from the header alone.
+    header : {"auto", "qform", "sform"}
+        Which NIfTI form gives the affine: ``auto`` is FastSurfer's rule (the qform when
+        both are set and differ); a form asked for must be set in the file, unless
+        ``fallback`` (a label map read as its image is): then the default rule decides.
 
     Returns
     -------
@@ -51,9 +57,9 @@ def read_header(path: str | os.PathLike, max_voxels: int = DEFAULT_MAX_VOXELS) -
         The file is missing, empty, not an image, or of an unsupported format.
     HeaderError
         The header describes an unusable volume (not 3D, zero-length axis, too many voxels,
-        non-finite or singular affine).
+        non-finite or singular affine), or does not set the form ``header`` asks for.
     """
-    return open_checked(Path(path), max_voxels).header
+    return open_checked(Path(path), max_voxels, header, header_fallback=fallback).header
 
 
 def load_volume(
@@ -61,6 +67,7 @@ def load_volume(
     label_path: str | os.PathLike | None = None,
     subject_id: str = "",
     max_voxels: int = DEFAULT_MAX_VOXELS,
+    header: str = "auto",
 ) -> Volume:
     """Read an image (and optionally its label map) into a :class:`~mriprep.core.volume.Volume`.
 
@@ -82,6 +89,9 @@ def load_volume(
         Stored on the Volume, used in later error messages.
     max_voxels : int
         Largest voxel count accepted, checked from the header before reading data.
+    header : {"auto", "qform", "sform"}
+        Which NIfTI form gives the affine (see :func:`read_header`). The label map is read
+        with the same form when it sets it, else by the default rule.
 
     Returns
     -------
@@ -103,12 +113,13 @@ def load_volume(
     """
     start = time.perf_counter()
     path = Path(path)
-    opened = open_checked(path, max_voxels)
-    header = opened.header
+    opened = open_checked(path, max_voxels, header)
+    header_choice, header = header, opened.header
     label_opened = None
     if label_path is not None:
         # Both headers are checked before either file's voxels are read.
-        label_opened = open_checked(Path(label_path), max_voxels)
+        label_opened = open_checked(Path(label_path), max_voxels, header_choice,
+                                    header_fallback=True)
         check_same_grid(label_opened.header, header)
     raw = read_voxels(opened)
     data, counts = _scaled_float32(raw, header.scl_slope, header.scl_inter)
@@ -128,6 +139,9 @@ def load_volume(
         "shape": list(header.shape),
         "spacing": [round(s, 6) for s in header.spacing],
         "affine_source": header.affine_source,
+        "header": header.header_choice,
+        # How far apart qform and sform place the field of view (None: not both set).
+        "form_conflict_mm": header.form_conflict_mm,
         "scl_slope": None if header.stored_scaling is None else header.stored_scaling[0],
         "scl_inter": None if header.stored_scaling is None else header.stored_scaling[1],
         "scaling_applied": header.scl_slope is not None,
@@ -148,6 +162,7 @@ def load_volume(
             "path": str(path),
             "label_path": None if label_path is None else str(label_path),
             "max_voxels": int(max_voxels),
+            "header": header_choice,
         },
         metrics=metrics,
         warnings=tuple(warnings),

@@ -149,7 +149,7 @@ def native_grid(entry: IndexEntry, native_path: str | os.PathLike | None = None,
                 f"is {found[:16]}..., the entry records {recorded['sha256'][:16]}...; "
                 "restore that file, or rerun `mriprep run` so the entry matches it"
             )
-    header = read_header(path)
+    header = read_header(path, header=entry.header)  # the form the entry was made with
     nifti = None
     if image_suffix(path) in (".nii", ".nii.gz"):
         nifti = nib.load(str(path)).header  # the header only: no voxel is read

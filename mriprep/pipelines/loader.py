@@ -6,6 +6,7 @@ A pipeline file names the ordered stages and their parameters::
     description: Rigid registration to MNI152 1 mm, z-scored, float32.
     output_dtype: float32          # float32 | float16 | uint8: dtype of the cached image
     compression: lz4               # none | lz4 | zstd, or per tensor: {valid: lz4, ...}
+    header: auto                   # auto | qform | sform: which NIfTI form gives the geometry
     stages:
       - reorient                   # a bare name runs the stage with its defaults
       - sanitize:                  # a one-key mapping gives parameters
@@ -16,6 +17,11 @@ fields are the schema) before any subject runs: an unknown stage, an unknown key
 of the wrong type or a template file that does not exist is a
 :class:`~mriprep.core.errors.PipelineConfigError` that names the file, the key, the value and
 the fix. All problems of a file are reported at once.
+
+``header`` chooses between a NIfTI's qform and sform: ``auto`` (the default) is
+FastSurfer's rule (:func:`mriprep.inputs.headers.choose_nifti_affine`), ``qform`` or
+``sform`` takes that form for every scan (the manifest's ``header`` column overrides it per
+scan). It changes what is read, so the hash covers it.
 
 The pipeline hash identifies what a pipeline computes: the SHA-256 of the resolved
 configuration (every parameter, defaults filled in), the bytes of every template it uses
@@ -37,11 +43,12 @@ import yaml
 
 import mriprep
 from mriprep.core.errors import PipelineConfigError
+from mriprep.inputs.headers import HEADER_CHOICES
 from mriprep.pipelines.params import coerce_value
 from mriprep.stages import STAGE_MODULES, all_stages, get_stage
 
 OUTPUT_DTYPES = ("float32", "float16", "uint8")
-TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "compression", "stages")
+TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "compression", "header", "stages")
 # The tensors a pipeline's ``compression`` may name (those an entry stores).
 COMPRESSED_TENSORS = ("image", "valid", "label")
 DEFAULT_PIPELINE = "t1w_mni_rigid"
@@ -87,6 +94,9 @@ class Pipeline:
     # How each cached tensor is stored (mriprep.cache.formats): image, valid, label.
     compression: dict[str, str] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(COMPRESSED_TENSORS, "none"), hash=False)
+    # Which NIfTI form gives every scan's geometry (HEADER_CHOICES); a manifest row's
+    # ``header`` overrides it.
+    header: str = "auto"
 
     def resolved(self) -> dict[str, Any]:
         """The configuration with every default filled in (what the hash covers)."""
@@ -99,6 +109,9 @@ class Pipeline:
             # Only then: a pipeline without compression keeps the hash it had before
             # the key existed, and the caches made with it stay valid.
             resolved["compression"] = dict(self.compression)
+        if self.header != "auto":
+            # Likewise: the default keeps the hash of every pipeline made before.
+            resolved["header"] = self.header
         return resolved
 
     def templates(self) -> list[str]:
@@ -229,6 +242,13 @@ def pipeline_from_dict(
             f"{', '.join(OUTPUT_DTYPES)}"
         )
     compression = _compression(doc.get("compression", "none"), problems)
+    header = doc.get("header", "auto")
+    if header not in HEADER_CHOICES:
+        problems.append(
+            f"'header' = {header!r} is not supported; use one of {', '.join(HEADER_CHOICES)} "
+            "(auto: FastSurfer's rule, the qform when both are set and differ; sform for "
+            "SPM-coregistered files)"
+        )
     raw_stages = doc.get("stages")
     steps: list[StageStep] = []
     if not isinstance(raw_stages, list) or not raw_stages:
@@ -256,6 +276,7 @@ def pipeline_from_dict(
         source=source,
         hash="",
         compression=compression,
+        header=header if header in HEADER_CHOICES else "auto",
     )
     return dataclasses.replace(pipe, hash=pipeline_hash(pipe))
 

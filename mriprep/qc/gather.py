@@ -68,6 +68,22 @@ class ReportSubject:
     def metrics(self) -> dict[str, float]:
         return dict((self.qc or {}).get("metrics", {}))
 
+    @property
+    def header_conflict(self) -> str:
+        """Why the subject's geometry is uncertain (its input's qform and sform place the
+        field of view further apart than the limit, and no ``header:`` chose), or ``""``.
+        ``mriprep check`` reports the same as a ``header-conflict`` warning."""
+        from mriprep.inputs.headers import FORM_CONFLICT_LIMIT_MM, header_conflict
+
+        load = self.stage_metrics.get("load")
+        distance = header_conflict(load)
+        if distance is None:
+            return ""
+        source = load.get("affine_source", "qform")
+        return (f"header conflict: qform and sform {distance:.1f} mm apart (limit "
+                f"{FORM_CONFLICT_LIMIT_MM:g} mm), the {source} used; set `header:` in the "
+                "pipeline or the manifest to choose")
+
 
 @dataclass
 class ReportData:

@@ -27,10 +27,13 @@ from typing import Mapping
 import numpy as np
 
 OUTLIER_Z = 3.5
-# Metrics that describe the field of view rather than the scan's quality: not judged.
-NOT_JUDGED = ("air_voxels", "head_fraction")
-# Counts of what the pipeline had to repair: fewer than the cohort is never a problem.
-HIGH_ONLY = {"invalid_fraction": 1, "filled_voxels": 1, "masked_slices": 1}
+# Metrics that describe the field of view or the input's kind rather than the scan's
+# quality: not judged (a skull-stripped share of a cohort is no defect).
+NOT_JUDGED = ("air_voxels", "head_fraction", "skull_stripped")
+# Counts of what the pipeline had to repair, and the receive field it divided out:
+# less than the cohort is never a problem.
+HIGH_ONLY = {"invalid_fraction": 1, "filled_voxels": 1, "masked_slices": 1,
+             "bias_ratio": 1}
 # Below this many subjects with a value, a median and a MAD say too little to flag.
 MIN_COHORT = 5
 _MAD_TO_SIGMA = 1.4826

@@ -51,6 +51,9 @@ METRIC_INFO = {
     "masked_slices": ("masked slices", "incomplete and artifact slices the mask_slices stage masked", "lower"),
     "registration_similarity": ("reg. similarity", "correlation of the registered scan with the template inside its brain", "higher"),
     "registration_overlap": ("reg. overlap", "share of the template's brain covered by the registered scan", "higher"),
+    "head_scale": ("head size", "size of the brain relative to the template's (the registration's isotropic scale; adults 0.82-1.18x MNI)", "-"),
+    "bias_ratio": ("bias field", "largest over smallest value of the receive field the registration divided out (N4, estimated on the 8 mm level)", "lower"),
+    "skull_stripped": ("skull-stripped", "1 when no scalp lies where a head's scalp would be: the input was brain-extracted", "-"),
 }
 # How a page names the region the tissue classes were fitted in (TissueMasks.source).
 _TISSUE_REGIONS = {
@@ -62,7 +65,7 @@ _TISSUE_REGIONS = {
 # The index table's columns; subject pages show every metric.
 TABLE_METRICS = ("snr_total", "snr_dietrich", "cnr", "cjv", "efc", "fber", "wm2max",
                  "invalid_fraction", "filled_voxels", "masked_slices",
-                 "registration_similarity")
+                 "registration_similarity", "head_scale")
 PICTURES = {
     "input": ("Native scan", "the input as read, in world orientation (left on the left), "
               "each display pixel its nearest voxel so thick slices look thick; filled "
@@ -125,6 +128,7 @@ def write_report(cache_root: str | os.PathLike, out_dir: str | os.PathLike | Non
         n_cached=sum(s.status == "cached" for s in data.subjects),
         n_failed=sum(s.status == "failed" for s in data.subjects),
         n_flagged=sum(bool(s.outliers) for s in data.subjects),
+        n_header=sum(bool(s.header_conflict) for s in data.subjects),
         columns=TABLE_METRICS, metric_info=METRIC_INFO, plot=plot[0] if plot else None,
         plot_size=plot[1] if plot else None, fmt=_fmt, number=_number)
     write_text(out / REPORT_INDEX, index)

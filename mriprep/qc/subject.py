@@ -328,10 +328,13 @@ def _own_metrics(output: OutputData, records: list[Mapping[str, Any]]) -> dict[s
         "masked_slices": ("mask_slices", "n_flagged"),
         "registration_similarity": ("register", "similarity"),
         "registration_overlap": ("register", "overlap"),
+        "head_scale": ("register", "head_scale"),
+        "bias_ratio": ("register", "bias_ratio"),
+        "skull_stripped": ("register", "skull_stripped"),
     }
     for name, (stage, key) in picks.items():
         value = by_stage.get(stage, {}).get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)):
             metrics[name] = float(value)
     return metrics
 
@@ -374,7 +377,8 @@ def qc_from_cache(cache, key: str) -> SubjectQC:
     else:
         label, label_sha = paths.get("label", (None, None))
         same_label = label is not None and label.is_file() and sha256_file(label) == label_sha
-        native = load_volume(image, label if same_label else None)
+        header = meta.get("header") if meta.get("header") in ("qform", "sform") else "auto"
+        native = load_volume(image, label if same_label else None, header=header)
         replayed = _replay(native, meta)
         if isinstance(replayed, str):
             notes.append(replayed)

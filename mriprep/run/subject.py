@@ -47,6 +47,12 @@ def input_paths(row: ManifestRow) -> dict[str, str]:
     return paths
 
 
+def header_choice(row: ManifestRow, pipeline: Pipeline) -> str:
+    """Which NIfTI form gives the scan's geometry: the manifest row's ``header`` when it
+    sets one, else the pipeline's (``auto``: FastSurfer's rule)."""
+    return row.header or pipeline.header
+
+
 def process_subject(
     row: ManifestRow,
     pipeline: Pipeline,
@@ -122,7 +128,8 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
              current: _Current) -> dict[str, Any]:
     """The result fields of a subject that is cached or skipped (raises on failure)."""
     hashes = input_hashes(row)
-    key = entry_key(row.subject_id, row.session_id, hashes, pipeline.hash)
+    header = header_choice(row, pipeline)
+    key = entry_key(row.subject_id, row.session_id, hashes, pipeline.hash, header=header)
     current.key = key
     if not force and cache.has_entry(key, verify=True):
         meta = cache.read_meta(key)
@@ -133,7 +140,7 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
 
     from mriprep.inputs.readers import load_volume
 
-    volume = load_volume(row.image, row.label, subject_id=row.subject_id)
+    volume = load_volume(row.image, row.label, subject_id=row.subject_id, header=header)
     current.volume = volume
     if current.capture is not None:
         current.capture.loaded = volume
@@ -246,6 +253,8 @@ def entry_meta(
         "pipeline_source": pipeline.source,
         "output_dtype": pipeline.output_dtype,
         "inputs": {role: {"path": paths[role], "sha256": h} for role, h in hashes.items()},
+        # Which NIfTI form gave the input's geometry (what reads the scan again uses it).
+        "header": header_choice(row, pipeline),
         "affine": volume.affine.tolist(),
         "spacing": list(volume.spacing),
         "shape": list(volume.shape),

@@ -43,7 +43,7 @@ voxel sides (mm)        0.2-8    0.9 - 5.0     0.1 and 10 (headers in the wrong 
 shear (deg)             0.5      0             3, 10 (sheared sforms)
 large_scale_share       0.2      0.67 - 0.76   0.017 (noise), 0 (blank)
 background_share        0.1      0.52 - 0.62   0 (noise, blank), 0.0002 (a 64 mm crop)
-head length (mm)        150-450  186 - 291     82 (macaque), 135 (a head at 0.45 scale),
+head length (mm)        142-450  186 - 291     82 (macaque), 135 (a head at 0.45 scale),
                                                2801 (voxel sizes x10)
 head width (mm)         110      145 - 199     49-50 (40 mm slabs), 71-85 (top thirds),
                                                57 (macaque), 86 (the small head)

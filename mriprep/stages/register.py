@@ -31,34 +31,18 @@ How it is fast and accurate
 * **Sampling.** ``sampling_fraction`` of the fixed mask's voxels, drawn once per level
   with ``seed``: the cost function is deterministic, so the step-halving optimiser
   converges to 1 um steps.
+* **The head's size, and N4.** Adult heads span about 0.82-1.18x MNI size: the search
+  tries the template brain at several sizes, the pose is optimised rigidly on every
+  level and the size (an isotropic scale) after it, and the checks judge the fit at the
+  subject's size. The output applies the rigid part (``transform="rigid"``) or the fit
+  (``"similarity"``). A receive field of up to 10x over the head (a surface coil, 7T) is
+  divided out by N4 on the 8 mm level before the search; the cached image is untouched.
 
-Measured on the calibration set (:mod:`mriprep.demo.calibration`: four synthetic people
-and the real Colin27 scans, never the template's own voxels; ``make bench``,
-``benchmarks/bench_registration.py``, 2 threads on a shared 2-core machine). Target
-registration error over the template's brain voxels, on the six non-reference scans of
-one person and of Colin27 (1x1x3 mm tilted by 20 degrees, 0.9x0.9x5 mm coronal stored
-backwards, 1x1x5 mm sagittal with the vertex cut), all methods on the same preprocessed
-images in one run. Consistency predicts each scan's transform from the same anatomy's
-1 mm reference scan through the known motion; "vs truth" compares with the known rigid
-part of the person's warp (ambiguous by about a millimetre, so every method scores
-alike there):
-
-==========================  ==================  =================  ================
-method                      consistency (mm)    vs truth (mm)      seconds (median)
-                            mean / max          mean / max
-==========================  ==================  =================  ================
-mriprep (this stage)        0.121 / 0.317       0.528 / 1.036      2.1
-ANTsPy ``Rigid`` defaults   0.273 / 0.602       0.453 / 1.056      24.8
-Greedy (rigid, NCC 2x2x2)   25.9 / 79.3         9.23 / 54.6        28.5
-==========================  ==================  =================  ================
-
-Greedy, started from the headers, converged to wrong poses on some of these scans (with
-image centres aligned instead, on 3 of the person's 4; on the Colin27 scans alone it
-scored 0.26-0.63 mm mean consistency there). The goals of issue 12 are met against the
-better anchor, ANTs: 0.44x its mean, 0.53x its max, 0.085x its time.
-
-The first build, without the search below, took 1.0 s a subject and could not tell a
-90-degree header error from a good scan.
+Accuracy, time and the ranges of every check on the calibration set and its population
+(:mod:`mriprep.demo.calibration`, :mod:`mriprep.demo.population`) are printed by
+``make bench`` (section "registration") and kept in docs/benchmarks.md. The first build,
+without the search, took 1.0 s a subject and could not tell a 90-degree header error
+from a good scan.
 
 Precision and reproducibility
 -----------------------------
@@ -85,33 +69,17 @@ every real T1 at 0.7 and cached a 90-degree header error at 0). So:
    registration. The local optimiser starts from the winner, so a scan whose header is
    wrong still registers, and the rotation it needed names the header error.
 2. After registering, :func:`~mriprep.stages.registration.checks.diagnose` asks, in order
-   (the first that fails names the cause):
+   (the first that fails names the cause): the head's length (``head_size``), the
+   search's best correlation (``no_brain``), the fit's size (``head_size``), the brain's
+   overlap with the scan (``field_of_view``), the similarity at the fitted pose and size
+   (``not_t1``) and the rotation from the header (``orientation``); each limit sits with
+   its measured ranges where it is defined.
 
-=====================  ==================  ================  ========================
-check (cause)          limit               good scans (35)   failures it catches
-=====================  ==================  ================  ========================
-head length            150-450 mm          187-291           83.5-138 (macaque, small
-(``head_size``)                                              head; 3)
-search NCC             >= 0.45             0.567-0.787       0.164-0.414 (noise,
-(``no_brain``)                                               phantom; 2)
-brain overlap          >= 0.85             0.998-1.0         0.353-0.579 (slabs, top
-(``field_of_view``)                                          of the head; 6)
-similarity             >= 0.4              0.572-0.721       -0.002-0.164 (T2; 4)
-(``not_t1``)
-rotation               <= 45 degrees       4.4-21            81-178 (header turned,
-(``orientation``)                                            flipped, permuted; 9)
-=====================  ==================  ================  ========================
-
-On the 57 cases: no good scan refused, 22 of 22 failures refused, each with a cause
-that names it. The message of an orientation failure says where the header's R, A and S
+The message of an orientation failure says where the header's R, A and S
 point in the anatomy. A left-right flip cannot be detected against nilearn's MNI152
 2009 template: it is exactly symmetric (the template equals its own mirror image voxel
 for voxel), so a mirrored brain registers to it as well as the original.
 
-Why this module is longer than 500 lines: a fifth of it is this account of the method,
-and a quarter the parameters, each limit with its measured distribution where it is
-defined (the brief's rule for thresholds). The computation lives in
-:mod:`mriprep.stages.registration`; what remains is the order of the steps.
 """
 
 from __future__ import annotations
@@ -127,29 +95,44 @@ from mriprep.core.volume import PendingTransform, Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.registration.ants_backend import register_ants
 from mriprep.stages.registration.checks import (
-    HUMAN_HEAD_LENGTH_MM,
+    HEAD_SCALE_RANGE,
+    REGISTER_HEAD_LENGTH_MM,
+    STRIPPED_SCALP_SHARE,
     Limits,
     diagnose,
     head_shape,
+    scalp_share,
     similarity_and_overlap,
 )
 from mriprep.stages.registration.geometry import (
     RAS_TO_LPS,
+    decompose_linear,
     euler_from_matrix,
-    ras_to_lps,
     itk_transform_text,
+    output_transform,
+    ras_to_lps,
 )
-from mriprep.stages.registration.pyramid import build_levels, centre_of_mass, flattened
+from mriprep.stages.registration.pyramid import (
+    build_levels,
+    centre_of_mass,
+    corrected_levels,
+    flattened,
+)
 from mriprep.stages.registration.search import (
+    SEARCH_SCALES,
     SubjectSearch,
     orientation_index,
     rotation_angle_deg,
     search_poses,
+    template_windows,
 )
 from mriprep.stages.registration.sitk_backend import rank_starts, register_sitk
 from mriprep.stages.registration.template import (
     search_reach,
     template_pyramid,
+    template_search_level,
+    template_brain_points,
+    template_scalp,
     template_search_windows,
     template_tilted_windows,
 )
@@ -171,9 +154,17 @@ class RegisterParams:
     Attributes
     ----------
     backend : {"sitk", "ants"}
-        ``"sitk"``: SimpleITK, Euler3D transform, Mattes mutual information, regular step
-        gradient descent. ``"ants"``: ``ants.registration`` (antsRegistration, Rigid
-        transform, Mattes MI, ``--float 1``) on the same prepared images and masks.
+        ``"sitk"``: SimpleITK, Euler3D on every level then Similarity3D on the finest,
+        Mattes mutual information, regular step gradient descent. ``"ants"``:
+        ``ants.registration`` (antsRegistration, Similarity transform, Mattes MI,
+        ``--float 1``) on the same prepared images and masks.
+    transform : {"rigid", "similarity"}
+        What the output applies of the fit. The fit always estimates the head's size (an
+        isotropic scale, 7 degrees of freedom), since another person's brain overlaps
+        the template only at its own size. ``"rigid"`` (the default) keeps the subject's
+        anatomy at its own size: the rotation of the fit, placed so that the template
+        brain's centre lands where the fit puts it. ``"similarity"`` brings the brain to
+        the template's size.
     template : str
         The built-in template name (``"mni152"``) or the path of a template image.
     template_brain_mask : str or None
@@ -220,12 +211,16 @@ class RegisterParams:
     min_head_length_mm, max_head_length_mm : float
         Plausible lengths of a human head or brain in the image (its largest principal
         extent), checked before registration.
+    min_head_scale, max_head_scale : float
+        Plausible sizes of the registered brain relative to the template's (the fit's
+        isotropic scale).
     min_search_ncc : float
         An image in which the template brain correlates less than this with the scan at
         every orientation and position of the search holds no brain.
     """
 
     backend: Literal["sitk", "ants"] = "sitk"
+    transform: Literal["rigid", "similarity"] = "rigid"
     template: str = "mni152"
     template_brain_mask: str | None = None
     threads: int = 1
@@ -241,8 +236,10 @@ class RegisterParams:
     min_similarity: float = 0.4
     min_overlap: float = 0.85
     max_rotation_deg: float = 45.0
-    min_head_length_mm: float = HUMAN_HEAD_LENGTH_MM[0]
-    max_head_length_mm: float = HUMAN_HEAD_LENGTH_MM[1]
+    min_head_length_mm: float = REGISTER_HEAD_LENGTH_MM[0]
+    max_head_length_mm: float = REGISTER_HEAD_LENGTH_MM[1]
+    min_head_scale: float = HEAD_SCALE_RANGE[0]
+    max_head_scale: float = HEAD_SCALE_RANGE[1]
     min_search_ncc: float = 0.45
 
     def __post_init__(self):
@@ -287,6 +284,13 @@ class RegisterParams:
             problems.append(
                 f"head length limits must satisfy 0 <= min < max, got "
                 f"{self.min_head_length_mm} and {self.max_head_length_mm}")
+        if not 0 < self.min_head_scale < 1 < self.max_head_scale:
+            problems.append(
+                f"head scale limits must satisfy 0 < min < 1 < max, got "
+                f"{self.min_head_scale} and {self.max_head_scale}")
+        if self.transform not in ("rigid", "similarity"):
+            problems.append(
+                f"transform must be rigid or similarity, got {self.transform!r}")
         if not -1 <= self.min_search_ncc <= 1:
             problems.append(
                 f"min_search_ncc is a correlation and must lie in [-1, 1], got "
@@ -316,19 +320,26 @@ class RegisterParams:
     def limits(self) -> Limits:
         return Limits(self.min_head_length_mm, self.max_head_length_mm,
                       self.min_search_ncc, self.min_overlap, self.min_similarity,
-                      self.max_rotation_deg)
+                      self.max_rotation_deg, self.min_head_scale, self.max_head_scale)
 
 
 @dataclass(frozen=True)
 class RegistrationResult:
     """What a registration found, in both world conventions.
 
-    ``template_to_subject`` is RAS+ (nibabel's convention, the one Volume uses);
-    ``itk_parameters``/``itk_fixed_parameters`` describe the same map as an ITK
-    ``Euler3DTransform`` in LPS, from which a ``.tfm`` file can be rebuilt.
+    ``template_to_subject`` is what the output applies (RAS+, nibabel's convention, the
+    one Volume uses): the fit's rigid part, or the fit itself (see
+    :attr:`RegisterParams.transform`). ``fitted`` is the whole fit, with the head's
+    size; ``head_scale`` that size relative to the template's. ``itk_type`` and
+    ``itk_parameters``/``itk_fixed_parameters`` describe ``template_to_subject`` as an
+    ITK transform in LPS (``Euler3DTransform`` when rigid, else ``AffineTransform``),
+    from which a ``.tfm`` file can be rebuilt.
     """
 
     template_to_subject: np.ndarray
+    fitted: np.ndarray
+    head_scale: float
+    itk_type: str
     itk_parameters: tuple[float, ...]
     itk_fixed_parameters: tuple[float, ...]
     metric_value: float
@@ -346,8 +357,10 @@ class RegistrationResult:
         return {
             "backend": self.backend,
             "template_to_subject": self.template_to_subject.tolist(),
+            "fitted_template_to_subject": self.fitted.tolist(),
+            "head_scale": round(self.head_scale, 4),
             "itk_transform": {
-                "type": "Euler3DTransform_double_3_3",
+                "type": self.itk_type,
                 "convention": "LPS, maps template points to subject points",
                 "parameters": list(self.itk_parameters),
                 "fixed_parameters": list(self.itk_fixed_parameters),
@@ -425,12 +438,14 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
     fixed, brains, centre = _template_pyramid_for(params)
     search = params.search_spacing_mm
     raw = build_levels(volume, ((search,) if search else ()) + params.levels)
+    raw, field_ratio = corrected_levels(raw)
     moving = flattened(raw[1:] if search else raw, params.bias_sigma_mm)
     shape = head_shape(raw[0])
     details: dict[str, Any] = {
         "head_length_mm": None if shape is None else round(shape.length_mm, 1),
         "head_extents_mm": None if shape is None else [round(e, 1) for e in shape.extents_mm],
         "head_volume_ml": None if shape is None else round(shape.volume_ml, 1),
+        "bias_ratio": None if field_ratio is None else round(field_ratio, 2),
     }
     centre_lps = RAS_TO_LPS[:3, :3] @ centre
     if search:
@@ -445,17 +460,30 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
             - centre_of_mass(fixed[0].data, fixed[0].affine)
         )
         details["search_orientations"] = None
-    found = _BACKENDS[params.backend](fixed, moving, ras_to_lps(initial), centre_lps, params)
-    template_to_subject = ras_to_lps(found.transform_lps)
-    euler = euler_from_matrix(found.transform_lps, centre_lps)
-    similarity, overlap = similarity_and_overlap(
-        fixed[-1], brains[-1], moving[-1], template_to_subject
-    )
-    details["rotation_deg"] = round(rotation_angle_deg(template_to_subject), 3)
+    backend = _BACKENDS[params.backend]
+    found = backend(fixed, moving, ras_to_lps(initial), centre_lps, params)
+    fitted = ras_to_lps(found.transform_lps)
+    share = scalp_share(raw[-1], template_scalp(params.template, params.levels[-1],
+                                                params.template_brain_mask),
+                        template_brain_points(params.template, 2, params.template_brain_mask),
+                        fitted)
+    details["scalp_share"] = None if share is None else round(share, 3)
+    details["skull_stripped"] = share is not None and share < STRIPPED_SCALP_SHARE
+    rotation, head_scale, _ = decompose_linear(fitted)
+    # The checks judge the fit, at the subject's own size: a rigid fit of a small head
+    # correlates with the template as poorly as a failure does.
+    similarity, overlap = similarity_and_overlap(fixed[-1], brains[-1], moving[-1], fitted)
+    details["rotation_deg"] = round(rotation_angle_deg(rotation), 3)
+    template_to_subject = output_transform(fitted, centre, params.transform)
+    itk_type, itk_transform = _itk_parameters(template_to_subject, centre_lps,
+                                              params.transform)
     return RegistrationResult(
         template_to_subject=template_to_subject,
-        itk_parameters=tuple(float(p) for p in euler.GetParameters()),
-        itk_fixed_parameters=tuple(float(p) for p in euler.GetFixedParameters()),
+        fitted=fitted,
+        head_scale=head_scale,
+        itk_type=itk_type,
+        itk_parameters=tuple(float(p) for p in itk_transform.GetParameters()),
+        itk_fixed_parameters=tuple(float(p) for p in itk_transform.GetFixedParameters()),
         metric_value=found.metric_value,
         stop_condition=found.stop_condition,
         iterations=tuple(found.iterations),
@@ -466,6 +494,20 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
         level_spacings_mm=params.levels,
         details={**details, **found.details},
     )
+
+
+def _itk_parameters(template_to_subject: np.ndarray, centre_lps: np.ndarray, model: str):
+    """The output transform as an ITK transform (LPS): its type name and the transform."""
+    import SimpleITK as sitk
+
+    lps = ras_to_lps(template_to_subject)
+    if model == "rigid":
+        return "Euler3DTransform_double_3_3", euler_from_matrix(lps, centre_lps)
+    affine = sitk.AffineTransform(3)
+    affine.SetCenter([float(c) for c in centre_lps])
+    affine.SetMatrix(lps[:3, :3].ravel().tolist())
+    affine.SetTranslation((lps[:3, 3] - centre_lps + lps[:3, :3] @ centre_lps).tolist())
+    return "AffineTransform_double_3_3", affine
 
 
 # Iterations of each short ranking registration on the coarsest level: enough to pull a
@@ -498,18 +540,31 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
                                          moving_level.mask)
                           - centre_of_mass(fixed_level.data, fixed_level.affine))
         return initial, details
+    level, brain, _ = template_search_level(template, spacing, mask)
     starts = []
     for candidate in coarse[: params.search_candidates]:
         tilted = search_poses(
             template_tilted_windows(template, spacing, orientation_index(candidate.rotation),
                                     mask),
             search, centre)
-        starts.append(max([candidate, *tilted], key=lambda c: c.ncc))
+        best = max([candidate, *tilted], key=lambda c: c.ncc)
+        starts.append(best)
+        # Then the brain's size, at the best orientation and tilt. At 8 mm the head's
+        # outline can outscore the brain's at a wrong size, so the best size joins the
+        # template's own size as a start, and mutual information chooses between them.
+        sized = [search.best_pose(window, centre) for scale in SEARCH_SCALES
+                 for window in template_windows(level, brain, centre, (best.rotation,), scale)]
+        resized = max((c for c in sized if c is not None), key=lambda c: c.ncc, default=None)
+        if resized is not None and resized.ncc > best.ncc:
+            starts.append(resized)
     ranked = rank_starts(fixed_level, moving_level,
                          [ras_to_lps(c.template_to_subject) for c in starts], centre_lps,
                          params, _RANKING_ITERATIONS)
     winner = int(np.argmin([value for value, _ in ranked]))
     details.update({
+        "search_best_ncc": round(max(c.ncc for c in starts), 4),
+        "search_start_scales": [round(c.scale, 3) for c in starts],
+        "search_start_scale": round(starts[winner].scale, 3),
         "search_start_ncc": [round(c.ncc, 4) for c in starts],
         "search_ranking_mi": [round(value, 4) for value, _ in ranked],
         "search_start_rotation_deg": round(rotation_angle_deg(starts[winner].rotation), 1),
@@ -553,7 +608,8 @@ def register(volume: Volume, params: RegisterParams) -> StageOutput:
 
     result = register_volume(volume, params)
     measures = {**result.details, "similarity": result.similarity, "overlap": result.overlap,
-                "rotation": result.template_to_subject[:3, :3]}
+                "rotation": decompose_linear(result.fitted)[0],
+                "head_scale": result.head_scale}
     failure = diagnose(measures, params.limits, params.template)
     if failure is not None:
         raise StageError("register", failure.reason, volume.name,

@@ -215,3 +215,16 @@ def test_two_processes_writing_one_cache_leave_it_whole(tmp_path, brain):
         [".tmp"] + [r.key for r in refs]
     )
     assert list(cache.tmp_dir.iterdir()) == []
+
+
+def test_the_header_a_manifest_row_chose_is_part_of_the_key():
+    from mriprep.cache import entry_key
+
+    hashes = {"image": "a" * 64}
+    before = entry_key("sub-01", "", hashes, "p" * 64)
+    # FastSurfer's rule keeps the key every cache had before the choice existed.
+    assert entry_key("sub-01", "", hashes, "p" * 64, header="auto") == before
+    assert entry_key("sub-01", "", hashes, "p" * 64, header="") == before
+    sform = entry_key("sub-01", "", hashes, "p" * 64, header="sform")
+    qform = entry_key("sub-01", "", hashes, "p" * 64, header="qform")
+    assert len({before, sform, qform}) == 3

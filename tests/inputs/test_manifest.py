@@ -272,3 +272,53 @@ def test_a_form_feed_inside_an_id_is_reported_on_its_own_line(cohort):
     problems = validate_manifest(_write(cohort / "m.csv", text))
     assert len(problems) == 1 and problems[0].startswith("line 2: subject_id")
     assert "U+000C" in problems[0]
+
+
+# -- the header column ------------------------------------------------------------------
+
+HEADER_CSV = """\
+subject_id,image,split,Header
+sub-01,images/sub-01_T1w.nii.gz,train,sform
+sub-02,images/sub-02_T1w.nii.gz,val,
+sub-03,images/sub-03_T1w.nii.gz,test,QFORM
+"""
+
+
+def test_the_header_column_chooses_a_form_per_scan(cohort):
+    manifest = read_manifest(_write(cohort / "cohort.csv", HEADER_CSV))
+    assert [r.header for r in manifest] == ["sform", "", "qform"]
+    assert all("header" not in r.metadata and "Header" not in r.metadata for r in manifest)
+    out = write_manifest(manifest.rows, cohort / "copy.csv")
+    assert out.read_text().splitlines()[0].split(",")[5] == "header"
+    assert [r.header for r in read_manifest(out)] == ["sform", "", "qform"]
+    # A manifest without the column is written as before.
+    plain = read_manifest(_write(cohort / "plain.csv", GOOD_CSV))
+    assert "header" not in write_manifest(plain.rows, cohort / "plain-copy.csv").read_text()
+
+
+def test_a_bad_header_value_names_the_row_and_the_value(cohort):
+    (cohort / "images" / "sub-03_T1w.mgz").write_bytes(b"not read: check_files only")
+    text = ("subject_id,image,header\n"
+            "sub-01,images/sub-01_T1w.nii.gz,best\n"
+            "sub-02,images/sub-02_T1w.nii.gz,sform\n"
+            "sub-03,images/sub-03_T1w.mgz,qform\n")
+    problems = validate_manifest(_write(cohort / "cohort.csv", text))
+    assert len(problems) == 2
+    assert problems[0].startswith("line 2: header 'best' is not one of qform, sform")
+    assert "leave it empty" in problems[0]
+    assert problems[1].startswith("line 4: header 'qform' is set but image")
+    assert "not NIfTI" in problems[1]
+
+
+def test_cli_validate_headers_reads_the_form_the_row_asks_for(cohort, capsys):
+    import nibabel as nib
+
+    image = cohort / "images" / "sub-02_T1w.nii.gz"
+    img = nib.load(image)
+    img.set_sform(None, code=0)  # qform only: `header: sform` cannot be served
+    nib.save(img, image)
+    text = "subject_id,image,header\nsub-02,images/sub-02_T1w.nii.gz,sform\n"
+    path = _write(cohort / "cohort.csv", text)
+    assert main(["manifest", "validate", str(path), "--headers"]) == 1
+    out = capsys.readouterr().out
+    assert "line 2 (sub-02)" in out and "sform_code is 0" in out and str(image) in out

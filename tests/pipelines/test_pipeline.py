@@ -373,3 +373,31 @@ def test_the_shipped_pipelines_store_float16_lz4_and_uint8_with_compressed_masks
     # The overrides give back the format every cache had before.
     before = load_pipeline("t1w_mni_rigid", output_dtype="float32", compression="none")
     assert before.output_dtype == "float32" and set(before.compression.values()) == {"none"}
+
+
+def test_header_is_a_pipeline_option_covered_by_the_hash(tmp_path):
+    stages = ["sanitize"]
+    plain = pipeline_from_dict({"name": "x", "stages": stages}, base_dir=tmp_path)
+    auto = pipeline_from_dict({"name": "x", "header": "auto", "stages": stages},
+                              base_dir=tmp_path)
+    sform = pipeline_from_dict({"name": "x", "header": "sform", "stages": stages},
+                               base_dir=tmp_path)
+    qform = pipeline_from_dict({"name": "x", "header": "qform", "stages": stages},
+                               base_dir=tmp_path)
+    assert plain.header == auto.header == "auto" and sform.header == "sform"
+    # Writing the default changes nothing a cache depends on; a chosen form is another cache.
+    assert plain.hash == auto.hash
+    assert len({auto.hash, sform.hash, qform.hash}) == 3
+    assert sform.resolved()["header"] == "sform" and "header" not in auto.resolved()
+    with pytest.raises(PipelineConfigError) as info:
+        pipeline_from_dict({"name": "x", "header": "best", "stages": stages})
+    assert "'header' = 'best' is not supported; use one of auto, qform, sform" in str(info.value)
+    path = write_yaml(tmp_path / "spm.yaml", "name: spm\nheader: sform\nstages: [sanitize]\n")
+    assert load_pipeline(path).header == "sform"
+
+
+def test_the_shipped_pipelines_keep_fastsurfers_header_rule():
+    conform = load_pipeline("conform_1mm")
+    assert conform.header == "auto"
+    text = (pipelines_dir() / "t1w_mni_rigid.yaml").read_text()
+    assert "\nheader: auto\n" in text

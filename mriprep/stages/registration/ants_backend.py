@@ -1,5 +1,6 @@
-"""The ANTs backend: ``antsRegistration`` (Rigid, Mattes MI, ``--float 1``) through ANTsPy,
-on the finest prepared level, shrinking inside ANTs for the coarser ones.
+"""The ANTs backend: ``antsRegistration`` (a Similarity transform: rigid plus the head's
+size; Mattes MI, ``--float 1``) through ANTsPy, on the finest prepared level, shrinking
+inside ANTs for the coarser ones.
 
 ANTs writes its transform to a file and its iteration log to stdout: a private
 temporary folder, removed on return, receives both (the log is parsed for iteration
@@ -83,7 +84,7 @@ def register_ants(
             "--output", prefix, "--interpolation", "Linear",
             "--use-histogram-matching", "0", "--winsorize-image-intensities", "[0,1]",
             "--initial-moving-transform", initial_path,
-            "--transform", "Rigid[0.25]",
+            "--transform", "Similarity[0.25]",
             "--metric", f"MI[{f},{m},1,{params.histogram_bins},Random,"
                         f"{params.sampling_fraction}]",
             "--convergence", "[" + "x".join([str(params.max_iterations)] * len(fixed))

@@ -10,6 +10,10 @@ its measured distribution on the calibration set (``make bench`` prints them):
     The length of the head (or brain) in the image, its largest principal extent,
     measured before any registration. A slab cut from a head keeps the head's length in
     its plane; a small brain is short in every direction.
+``head_scale``
+    The size of the registered brain relative to the template's, the fit's isotropic
+    scale. Adults span about 0.82-1.18x MNI size; a head shrunk to half, or a header
+    whose voxel sizes are off, lies far outside.
 ``search_best_ncc``
     How well the template brain correlates with the scan at the best orientation and
     position of the global search (:mod:`mriprep.stages.registration.search`): nothing that
@@ -46,7 +50,19 @@ from mriprep.stages.registration.search import nearest_orientation, rotation_ang
 # Measured on the calibration set: good scans 182-291 mm (a brain alone 182-187, heads
 # with neck up to 291); failures 82 (macaque) and 135 (a head shrunk to 0.45). Above 450
 # is no head of any species but a header whose voxel sizes are off by a factor.
-HUMAN_HEAD_LENGTH_MM = (150.0, 450.0)
+# The lower limit sits between the head shrunk to 0.45 (135 mm: it keeps its neck) and an
+# adult brain alone at 0.82x MNI size (Colin27's: 149-153 mm); a margin of 7 mm each way.
+HUMAN_HEAD_LENGTH_MM = (142.0, 450.0)
+# The register stage's own length range: it also judges the brain's size by the fit's
+# scale (below), so its length check need only refuse what is far from human. Measured
+# (make bench, registration, 2026-12-02): good scans 186-372 mm (89; MP2RAGE noise in
+# the air counts as head), failures 84 (macaque) to 139 (the 0.45x head).
+REGISTER_HEAD_LENGTH_MM = (115.0, 450.0)
+# The registered brain's size relative to MNI152's (the fit's isotropic scale). Adults
+# span about 0.82-1.18; the limits leave a margin of about 15% beyond them on each side.
+# Measured (make bench, registration, 2026-12-02): good scans 0.81-1.24 (89, sizes
+# 0.82-1.18 of people themselves 0.9-1.08); the 0.45x head 0.56-0.69.
+HEAD_SCALE_RANGE = (0.7, 1.4)
 
 # Principal extent of a uniform solid along an axis of variance v: 2 * sqrt(5 v) for an
 # ellipsoid (its semi-axis a has variance a^2 / 5).
@@ -134,6 +150,34 @@ def similarity_and_overlap(
     return float((values * reference).sum() / norm), overlap
 
 
+# A scan is skull-stripped when a head's scalp above the brain, carried onto it by the
+# fit, is this dark relative to its brain (see :func:`scalp_share`). Measured (make
+# bench, registration, 2026-12-02): stripped scans 0.000-0.028 (12), whole heads
+# 0.97-1.75 (80); two misregistered scans 0.033 and 0.49 (the first since mended).
+STRIPPED_SCALP_SHARE = 0.2
+
+
+def scalp_share(level: Level, scalp_points: np.ndarray, brain_points: np.ndarray,
+                template_to_subject: np.ndarray) -> float | None:
+    """How bright the scan is where the fit puts a head's scalp, relative to its brain:
+    the 90th percentile of the scalp band (fat under the skin is as bright as white
+    matter in T1, while skull and CSF in the same band are dark) over the brain's
+    median. None where either falls outside the scan's valid voxels (too few points to
+    judge)."""
+    levels = []
+    to_voxel = np.linalg.inv(level.affine) @ template_to_subject
+    for points in (scalp_points, brain_points):
+        ijk = np.rint(apply_affine(to_voxel, points)).astype(int)
+        inside = np.all((ijk >= 0) & (ijk < np.asarray(level.data.shape)), axis=1)
+        ijk = ijk[inside]
+        ijk = ijk[level.mask[tuple(ijk.T)]]
+        if len(ijk) < 20:
+            return None
+        levels.append(float(np.percentile(level.data[tuple(ijk.T)],
+                                          90 if not levels else 50)))
+    return levels[0] / levels[1] if levels[1] > 0 else None
+
+
 @dataclass(frozen=True)
 class Limits:
     """The limits :func:`diagnose` applies (the register stage's parameters)."""
@@ -144,6 +188,8 @@ class Limits:
     min_overlap: float
     min_similarity: float
     max_rotation_deg: float
+    min_head_scale: float = HEAD_SCALE_RANGE[0]
+    max_head_scale: float = HEAD_SCALE_RANGE[1]
 
 
 # Every cause :func:`diagnose` can name, in the order it checks them.
@@ -163,8 +209,9 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
 
     ``measures`` holds ``head_length_mm`` and ``head_extents_mm`` (None when nothing is
     bright), ``search_orientations`` (orientations in which the template brain fits the
-    field of view; None without a search) and ``search_best_ncc``, ``overlap``,
-    ``similarity``, and ``rotation`` (3x3). NaN similarity or overlap fails: the check
+    field of view; None without a search) and ``search_best_ncc``, ``head_scale``
+    (the fit's size relative to the template's), ``overlap``, ``similarity``, and
+    ``rotation`` (3x3). NaN similarity or overlap fails: the check
     could not be made.
     """
     length = measures.get("head_length_mm")
@@ -182,6 +229,13 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
             "0.55-0.85): it may be a scan of another contrast (T2, FLAIR, PD; this "
             "pipeline needs T1-weighted scans), a phantom, noise, another body part or "
             "another species' brain"))
+    scale = measures.get("head_scale")
+    if scale is not None and not limits.min_head_scale <= scale <= limits.max_head_scale:
+        return Failure("head_size", (
+            f"the brain in the image registers to template {template!r} at {scale:.2f}x "
+            f"its size, outside {limits.min_head_scale:g}-{limits.max_head_scale:g}x (adult "
+            "human brains are 0.82-1.18x MNI size): this is not an adult human head, or the "
+            "voxel sizes in its header are wrong"))
     if measures.get("search_orientations") == 0:
         return Failure("field_of_view", (
             "the template brain fits the scan's valid field of view in no orientation "

@@ -185,3 +185,37 @@ def itk_transform_text(template_to_subject: np.ndarray) -> str:
         path = os.path.join(folder, "transform.tfm")
         sitk.WriteTransform(transform, path)
         return Path(path).read_text()
+
+
+def decompose_linear(matrix: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
+    """A 4x4's linear part as (rotation, isotropic scale, per-axis scales).
+
+    The rotation is the polar factor (the rotation nearest the linear part), the scale
+    the cube root of its determinant, and the per-axis scales its singular values,
+    largest first: for a similarity transform all three equal the scale.
+    """
+    linear = np.asarray(matrix, dtype=np.float64)[:3, :3]
+    u, singular, vt = np.linalg.svd(linear)
+    rotation = u @ vt
+    if np.linalg.det(rotation) < 0:  # a mirror is no pose; keep the proper rotation
+        u[:, -1] *= -1
+        rotation = u @ vt
+    scale = float(abs(np.linalg.det(linear)) ** (1.0 / 3.0))
+    return rotation, scale, singular
+
+
+def output_transform(fitted: np.ndarray, centre: np.ndarray, model: str) -> np.ndarray:
+    """What an output applies of a fitted template-to-subject map (RAS+ 4x4).
+
+    ``"rigid"``: the fit's rotation, placed so that ``centre`` (the template brain's
+    centre, RAS mm) lands where the fit puts it: the subject's anatomy keeps its own
+    size. ``"similarity"``: the rotation and the isotropic scale about that centre.
+    """
+    fitted = np.asarray(fitted, dtype=np.float64)
+    rotation, scale, _ = decompose_linear(fitted)
+    linear = rotation if model == "rigid" else scale * rotation
+    out = np.eye(4)
+    out[:3, :3] = linear
+    landing = fitted[:3, :3] @ centre + fitted[:3, 3]
+    out[:3, 3] = landing - linear @ centre
+    return out

@@ -25,6 +25,8 @@ HEAD_FRACTION = 0.1
 # Where the head mask gives too little support for the local mean, the bias estimate
 # falls back to the head's median (weight of the fallback, relative to a full kernel).
 _BIAS_FALLBACK_WEIGHT = 0.05
+# Flattening passes: the second finds the head again once the field is divided out.
+_FLATTEN_PASSES = 2
 
 
 @dataclass(frozen=True)
@@ -107,14 +109,31 @@ def flatten_bias(values: np.ndarray, usable: np.ndarray, affine, sigma_mm: float
     background and masked voxels do not darken it; where the head gives too little
     support it falls back to the head's median. Applied to the template and the subject
     alike, it leaves the anatomy's edges and removes the scanner's smooth bias field.
-    ``sigma_mm`` 0 returns ``values`` unchanged.
+
+    Under a strong field (an uncorrected surface coil: 10x across the head) the head's
+    dark side falls below the brightness rule that finds the head, and its local mean
+    then comes from the fallback. So the head is found again on the flattened image,
+    where the field is mostly gone, and the original divided by the local mean of that
+    head. ``sigma_mm`` 0 returns ``values`` unchanged.
     """
     if sigma_mm <= 0:
         return values
+    head = _head_voxels(values, usable)
+    flat = values
+    for _ in range(_FLATTEN_PASSES):
+        if not head.any():
+            return flat
+        flat = _divided_by_local_mean(values, head, affine, sigma_mm)
+        head = _head_voxels(flat, usable)
+    return flat
+
+
+def _head_voxels(values: np.ndarray, usable: np.ndarray) -> np.ndarray:
     bright = np.percentile(values[usable], 99) if usable.any() else 0.0
-    head = usable & (values > HEAD_FRACTION * bright)
-    if not head.any():
-        return values
+    return usable & (values > HEAD_FRACTION * bright)
+
+
+def _divided_by_local_mean(values, head, affine, sigma_mm: float) -> np.ndarray:
     median = float(np.median(values[head]))
     sigma = sigma_mm / voxel_sizes(affine)
     h = head.astype(np.float32)
@@ -177,3 +196,57 @@ def centre_of_mass(data: np.ndarray, affine: np.ndarray, mask: np.ndarray | None
         weights = np.where(mask, weights, 0.0)
     centre_vox = ndimage.center_of_mass(weights)
     return affine[:3, :3] @ np.asarray(centre_vox) + affine[:3, 3]
+
+
+
+# N4 on the coarsest level: one fitting level of 4 control points per axis (a receive
+# field is smooth over a head), iterations, the width of the field's histogram
+# deconvolution (wider corrects more per iteration: 30 iterations at 1.0 recover a 10x
+# field that ITK's default 0.15 leaves at 1.4x), and the brightness share of the head it
+# fits over. Cost: docs/benchmarks.md, section "registration".
+_N4_ITERATIONS = (30,)
+_N4_FIELD_FWHM = 1.0
+_N4_HEAD_FRACTION = 0.02
+
+
+def corrected_levels(levels: list[Level]) -> tuple[list[Level], float | None]:
+    """The levels with the receive field that N4 finds on the coarsest one divided out,
+    and that field's largest over smallest value over the head (None: no head found).
+
+    N4 (SimpleITK's ``N4BiasFieldCorrectionImageFilter``) runs on the coarsest level
+    only, where it is cheap; its field is smooth, so it is resampled to the finer levels
+    linearly. The head it fits over is found at a low brightness, so that the dark side
+    of a strong field belongs to it.
+    """
+    import SimpleITK as sitk
+
+    from mriprep.stages.registration.geometry import sitk_image
+
+    coarse = levels[0]
+    usable = coarse.mask & (coarse.data > 0)
+    if usable.sum() < 100:
+        return levels, None
+    bright = float(np.percentile(coarse.data[usable], 99))
+    head = ndimage.binary_fill_holes(usable & (coarse.data > _N4_HEAD_FRACTION * bright))
+    if head.sum() < 100:
+        return levels, None
+    image = sitk_image(np.maximum(coarse.data, 0.0), coarse.affine)
+    n4 = sitk.N4BiasFieldCorrectionImageFilter()
+    n4.SetMaximumNumberOfIterations(list(_N4_ITERATIONS))
+    n4.SetBiasFieldFullWidthAtHalfMaximum(_N4_FIELD_FWHM)
+    n4.SetConvergenceThreshold(1e-6)
+    n4.SetNumberOfThreads(1)
+    n4.Execute(image, sitk_image(head.astype(np.uint8), coarse.affine))
+    log_field = sitk.GetArrayFromImage(n4.GetLogBiasFieldAsImage(image)).T
+    log_field = log_field - float(np.median(log_field[head]))
+    ratio = float(np.exp(log_field[head].max() - log_field[head].min()))
+    out = [Level((coarse.data / np.exp(log_field)).astype(np.float32), coarse.affine,
+                 coarse.mask, coarse.spacing_mm)]
+    for level in levels[1:]:
+        to_coarse = np.linalg.inv(coarse.affine) @ level.affine
+        on_level = ndimage.affine_transform(
+            log_field.astype(np.float32), to_coarse[:3, :3], to_coarse[:3, 3],
+            output_shape=level.data.shape, order=1, mode="nearest")
+        out.append(Level((level.data / np.exp(on_level)).astype(np.float32), level.affine,
+                         level.mask, level.spacing_mm))
+    return out, ratio

@@ -131,6 +131,36 @@ def template_pyramid(
     return tuple(out), brains, centre
 
 
+@functools.lru_cache(maxsize=4)
+def template_brain_distance(template: str, brain_mask: str | None = None) -> np.ndarray:
+    """Distance (mm) of every template voxel from the template's brain (0 inside)."""
+    vol = load_template(template)
+    brain = template_brain_mask(template, brain_mask)
+    return ndimage.distance_transform_edt(~brain, sampling=voxel_sizes(vol.affine)).astype(
+        np.float32)
+
+
+@functools.lru_cache(maxsize=4)
+def template_scalp(template: str, spacing_mm: float, brain_mask: str | None = None,
+                   band_mm: tuple[float, float] = (8.0, 18.0)) -> np.ndarray:
+    """RAS+ points (mm) where a head's scalp lies above the template's brain: ``band_mm``
+    outside the brain, above the brain's centre, every ``spacing_mm`` or so.
+
+    The band is measured from the brain, not taken from the template's own head (the
+    MNI152 template that nilearn ships is brain-extracted). Defacing removes the face,
+    below the brain's centre, so this part of a head survives it; skull stripping
+    removes all of it.
+    """
+    vol = load_template(template)
+    distance = template_brain_distance(template, brain_mask)
+    step = max(1, int(round(spacing_mm / float(voxel_sizes(vol.affine).min()))))
+    band = (distance[::step, ::step, ::step] >= band_mm[0]) & (
+        distance[::step, ::step, ::step] <= band_mm[1])
+    points = apply_affine(vol.affine, np.argwhere(band) * step)
+    centre = apply_affine(vol.affine, mask_centroid(template_brain_mask(template, brain_mask)))
+    return points[points[:, 2] > centre[2]]
+
+
 def _brain_levels(brain: np.ndarray, affine: np.ndarray, levels: tuple[float, ...]):
     """The brain mask on each level's grid, coarse to fine: the share of brain in each
     level voxel, above one half. Each coarser share comes from the finer one."""
