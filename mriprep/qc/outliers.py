@@ -27,9 +27,10 @@ from typing import Mapping
 import numpy as np
 
 OUTLIER_Z = 3.5
-# Metrics that describe the field of view or the input's kind rather than the scan's
-# quality: not judged (a skull-stripped share of a cohort is no defect).
-NOT_JUDGED = ("air_voxels", "head_fraction", "skull_stripped")
+# Metrics that describe the field of view, the input's kind or the person rather than
+# the scan's quality: not judged (a skull-stripped share of a cohort is no defect, and
+# adults' heads differ in size by 15% either way; register refuses impossible sizes).
+NOT_JUDGED = ("air_voxels", "head_fraction", "skull_stripped", "head_scale")
 # Counts of what the pipeline had to repair, and the receive field it divided out:
 # less than the cohort is never a problem.
 HIGH_ONLY = {"invalid_fraction": 1, "filled_voxels": 1, "masked_slices": 1,

@@ -116,7 +116,8 @@ def test_stage_hands_the_transform_to_resample_and_records_it(subject, registere
     np.testing.assert_array_equal(
         np.asarray(metrics["template_to_subject"]), registered.pending.template_to_subject
     )
-    assert metrics["stop_condition"] and len(metrics["iterations"]) == 2
+    # The pose on each of the 2 levels, then the head's size on each.
+    assert metrics["stop_condition"] and len(metrics["iterations"]) == 4
     assert all(n >= 1 for n in metrics["iterations"])
     assert np.isfinite(metrics["metric_value"]) and metrics["metric_value"] < 0
     # Another person scores well below a copy of the template (0.94-0.99), above the
