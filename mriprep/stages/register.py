@@ -154,7 +154,7 @@ class RegisterParams:
     Attributes
     ----------
     backend : {"sitk", "ants"}
-        ``"sitk"``: SimpleITK, Euler3D on every level then Similarity3D on the finest,
+        ``"sitk"``: SimpleITK, Euler3D on every level then Similarity3D on every level,
         Mattes mutual information, regular step gradient descent. ``"ants"``:
         ``ants.registration`` (antsRegistration, Similarity transform, Mattes MI,
         ``--float 1``) on the same prepared images and masks.
@@ -564,7 +564,6 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
     details.update({
         "search_best_ncc": round(max(c.ncc for c in starts), 4),
         "search_start_scales": [round(c.scale, 3) for c in starts],
-        "search_start_scale": round(starts[winner].scale, 3),
         "search_start_ncc": [round(c.ncc, 4) for c in starts],
         "search_ranking_mi": [round(value, 4) for value, _ in ranked],
         "search_start_rotation_deg": round(rotation_angle_deg(starts[winner].rotation), 1),

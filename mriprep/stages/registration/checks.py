@@ -164,7 +164,7 @@ def scalp_share(level: Level, scalp_points: np.ndarray, brain_points: np.ndarray
     matter in T1, while skull and CSF in the same band are dark) over the brain's
     median. None where either falls outside the scan's valid voxels (too few points to
     judge)."""
-    levels = []
+    brightness = []
     to_voxel = np.linalg.inv(level.affine) @ template_to_subject
     for points in (scalp_points, brain_points):
         ijk = np.rint(apply_affine(to_voxel, points)).astype(int)
@@ -173,9 +173,10 @@ def scalp_share(level: Level, scalp_points: np.ndarray, brain_points: np.ndarray
         ijk = ijk[level.mask[tuple(ijk.T)]]
         if len(ijk) < 20:
             return None
-        levels.append(float(np.percentile(level.data[tuple(ijk.T)],
-                                          90 if not levels else 50)))
-    return levels[0] / levels[1] if levels[1] > 0 else None
+        brightness.append(float(np.percentile(level.data[tuple(ijk.T)],
+                                              90 if not brightness else 50)))
+    scalp, brain = brightness
+    return scalp / brain if brain > 0 else None
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,6 @@ def centre_of_mass(data: np.ndarray, affine: np.ndarray, mask: np.ndarray | None
     return affine[:3, :3] @ np.asarray(centre_vox) + affine[:3, 3]
 
 
-
 # N4 on the coarsest level: one fitting level of 4 control points per axis (a receive
 # field is smooth over a head), iterations, the width of the field's histogram
 # deconvolution (wider corrects more per iteration: 30 iterations at 1.0 recover a 10x

@@ -18,8 +18,8 @@ registration then ranks the best few by mutual information, where the margin is 
 
 Adult heads differ in size by about 15% either way, which the 24 orientations alone
 cannot absorb: the best orientation and its tilts are then tried at several sizes of
-the template brain (:data:`SEARCH_SCALES`), and the best size starts the local
-registration, which estimates the scale further.
+the template brain (:data:`SEARCH_SCALES`); the best size joins the template's own as a
+start of the local registration, which estimates the scale further.
 
 Everything here is pure numpy/scipy and deterministic.
 """

@@ -3,7 +3,7 @@ registration per pyramid level.
 
 The pose is found rigidly (Euler3D, 6 parameters) on every level, from a start that
 already holds the search's estimate of the head's size; then the size itself is refined
-on the finest level (Similarity3D: rotation, translation and one isotropic scale).
+over the levels again (Similarity3D: rotation, translation and one isotropic scale).
 Adults' heads differ in size by about 15% either way, so another person's brain only
 overlaps the template's at its own size. Optimising all 7 parameters from the start
 stalled where the rigid pose did not (a 5 mm coronal scan: final MI -0.24 against the
@@ -31,13 +31,13 @@ def register_sitk(
     centre_lps: np.ndarray, params: RegisterParams
 ) -> BackendResult:
     """Register level by level, each level starting from the previous one's transform,
-    then refine the size on the finest level.
+    rigidly, then again with the head's size.
 
     The start is a fixed moving-initial transform, and the optimiser moves a transform
     composed with it from the identity: a start turned by a quarter turn about the
     left-right axis would otherwise put Euler angles at their singular point (gimbal
     lock), where the optimiser stalls. Details: ``stop_conditions`` and
-    ``level_seconds``, one per level and one for the size refinement.
+    ``level_seconds``, one per level for the pose, then one per level for the size.
     """
     pin_sitk_threads(params.threads)
     iterations, stops, seconds, value = [], [], [], float("nan")

@@ -70,6 +70,7 @@ def template_brain_mask(template: str, brain_mask: str | None = None) -> np.ndar
     return ndimage.binary_fill_holes(head)
 
 
+@functools.lru_cache(maxsize=8)
 def template_brain_points(template: str = "mni152", step: int = 1,
                           brain_mask: str | None = None) -> np.ndarray:
     """RAS+ coordinates (mm) of the template's brain voxels, shape (n, 3).
@@ -85,7 +86,9 @@ def template_brain_points(template: str = "mni152", step: int = 1,
         As for :func:`template_brain_mask`.
     """
     ijk = np.argwhere(template_brain_mask(template, brain_mask)[::step, ::step, ::step]) * step
-    return apply_affine(load_template(template).affine, ijk)
+    points = apply_affine(load_template(template).affine, ijk)
+    points.setflags(write=False)  # cached: every registration reads the same points
+    return points
 
 
 @functools.lru_cache(maxsize=4)
@@ -132,15 +135,6 @@ def template_pyramid(
 
 
 @functools.lru_cache(maxsize=4)
-def template_brain_distance(template: str, brain_mask: str | None = None) -> np.ndarray:
-    """Distance (mm) of every template voxel from the template's brain (0 inside)."""
-    vol = load_template(template)
-    brain = template_brain_mask(template, brain_mask)
-    return ndimage.distance_transform_edt(~brain, sampling=voxel_sizes(vol.affine)).astype(
-        np.float32)
-
-
-@functools.lru_cache(maxsize=4)
 def template_scalp(template: str, spacing_mm: float, brain_mask: str | None = None,
                    band_mm: tuple[float, float] = (8.0, 18.0)) -> np.ndarray:
     """RAS+ points (mm) where a head's scalp lies above the template's brain: ``band_mm``
@@ -152,12 +146,13 @@ def template_scalp(template: str, spacing_mm: float, brain_mask: str | None = No
     removes all of it.
     """
     vol = load_template(template)
-    distance = template_brain_distance(template, brain_mask)
+    brain = template_brain_mask(template, brain_mask)
+    distance = ndimage.distance_transform_edt(~brain, sampling=voxel_sizes(vol.affine))
     step = max(1, int(round(spacing_mm / float(voxel_sizes(vol.affine).min()))))
-    band = (distance[::step, ::step, ::step] >= band_mm[0]) & (
-        distance[::step, ::step, ::step] <= band_mm[1])
+    sampled = distance[::step, ::step, ::step]
+    band = (sampled >= band_mm[0]) & (sampled <= band_mm[1])
     points = apply_affine(vol.affine, np.argwhere(band) * step)
-    centre = apply_affine(vol.affine, mask_centroid(template_brain_mask(template, brain_mask)))
+    centre = apply_affine(vol.affine, mask_centroid(brain))
     return points[points[:, 2] > centre[2]]
 
 
