@@ -15,6 +15,7 @@ from pathlib import Path
 from mriprep.core.errors import CacheError
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.progress import ProgressBar
+from mriprep.cli.export_fastsurfer import add_fastsurfer_options, run_fastsurfer
 
 
 def add_parser(subparsers) -> None:
@@ -39,12 +40,17 @@ def add_parser(subparsers) -> None:
                         "entry")
     p.add_argument("--split", metavar="S",
                    help="export only the entries of this split (e.g. test)")
-    p.add_argument("--format", choices=("nifti", "mgz"), default="nifti",
-                   help="nifti writes .nii.gz files, mgz FreeSurfer's .mgz (default: nifti)")
+    p.add_argument("--format", choices=("nifti", "mgz", "fastsurfer-hdf5"), default="nifti",
+                   help="nifti writes .nii.gz files, mgz FreeSurfer's .mgz (default: "
+                        "nifti); fastsurfer-hdf5 writes FastSurfer's training HDF5 to the "
+                        "FILE given with -o (options below)")
+    add_fastsurfer_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.format == "fastsurfer-hdf5":
+        return run_fastsurfer(args)
     from mriprep.cache import Cache
     from mriprep.outputs import entries_for, export_entries
     from mriprep.outputs.export import check_export_folder

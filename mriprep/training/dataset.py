@@ -73,14 +73,14 @@ class MRIDataset(Dataset):
         --folds K``): ``split="train"`` reads the subjects of every other fold, ``"val"``
         those of fold ``fold``; another split (``"test"``) is read as without ``fold``.
         Needs ``manifest``.
-    mode : {"volume", "patch", "slice"}
+    mode : {"volume", "patch", "slice", "slices"}
         ``"volume"``: one item per entry, the whole volume ``[1, X, Y, Z]`` and its affine.
         ``"patch"``: ``samples_per_volume`` patches of ``patch_size`` per entry, each
         centred on a valid voxel; a ``foreground_fraction`` share of them centred on a
         voxel with label > 0. The centre of a patch is ``location + patch_size // 2``.
         ``"slice"``: one item per usable slice along ``axis``, with ``context`` neighbours
         on each side as channels (2.5D as FastSurfer: ``context=3`` gives 7 channels;
-        neighbours beyond the edge repeat the edge slice).
+        neighbours beyond the edge repeat the edge slice). ``"slices"``: see ThickSliceDataset.
     patch_size : int or 3 ints, optional
         Patch mode only; default 96^3. Must fit inside every volume of the split.
     samples_per_volume : int, optional
@@ -128,6 +128,12 @@ class MRIDataset(Dataset):
         An unknown mode, an option of another mode, or values that cannot work (patch
         larger than a volume, fraction outside [0, 1], ...).
     """
+
+    def __new__(cls, *args, **kwargs):
+        if kwargs.get("mode", args[2] if len(args) > 2 else None) == "slices":
+            from mriprep.training.thick_slices import ThickSliceDataset  # FastSurfer views
+            return ThickSliceDataset(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,

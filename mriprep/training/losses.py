@@ -71,6 +71,23 @@ def _weights(weights: Sequence[float] | torch.Tensor | None, classes: int,
     return w
 
 
+def _weight_map(weight_map: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor | None:
+    """The per-voxel weights as float32 ``[B, ...]``, checked finite and >= 0."""
+    if weight_map is None:
+        return None
+    w = torch.as_tensor(weight_map, device=target.device)
+    if w.dim() == target.dim() + 1 and w.shape[1] == 1:
+        w = w[:, 0]
+    if w.shape != target.shape:
+        raise ValueError(f"weight_map shape {tuple(w.shape)} does not match the target's "
+                         f"{tuple(target.shape)}; give one weight per voxel")
+    w = w.float()
+    if not torch.isfinite(w).all() or (w < 0).any():
+        raise ValueError("weight_map holds non-finite or negative values; weights must be "
+                         "finite and >= 0 (see mriprep.training.labels.weights)")
+    return w
+
+
 class DiceLoss(nn.Module):
     """Soft multi-class Dice loss of logits ``[B, C, ...]`` against integer labels.
 
@@ -88,8 +105,10 @@ class DiceLoss(nn.Module):
     include_background
         Whether label 0 enters the mean (default True, as MONAI's default).
 
-    Call as ``loss(logits, target, valid=None)``: ``valid`` (bool, the target's shape)
-    leaves out voxels where it is False. The Dice is computed per item and label and
+    Call as ``loss(logits, target, valid=None, weight_map=None)``: ``valid`` (bool, the
+    target's shape) leaves out voxels where it is False; ``weight_map`` (>= 0, the
+    target's shape, e.g. a thick-slice item's ``weight``) weighs each voxel's share of
+    the sums, a weighted soft Dice. The Dice is computed per item and label and
     averaged, as MONAI's is.
     """
 
@@ -107,8 +126,10 @@ class DiceLoss(nn.Module):
         self.include_background = include_background
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor,
-                valid: torch.Tensor | None = None) -> torch.Tensor:
+                valid: torch.Tensor | None = None,
+                weight_map: torch.Tensor | None = None) -> torch.Tensor:
         target, valid = _target_and_mask(logits, target, valid)
+        voxel_w = _weight_map(weight_map, target)
         classes = logits.shape[1]
         probs = torch.softmax(logits.float(), dim=1)
         onehot = F.one_hot(target, classes).movedim(-1, 1).to(probs.dtype)
@@ -117,6 +138,8 @@ class DiceLoss(nn.Module):
         if valid is not None:
             keep = valid.unsqueeze(1).to(probs.dtype)
             probs, onehot = probs * keep, onehot * keep
+        if voxel_w is not None:
+            probs, onehot = probs * voxel_w.unsqueeze(1), onehot * voxel_w.unsqueeze(1)
         dims = tuple(range(2, logits.dim()))
         intersection = (probs * onehot).sum(dims)
         denominator = probs.sum(dims) + onehot.sum(dims)
@@ -148,12 +171,18 @@ class CrossEntropyLoss(nn.Module):
         self.label_smoothing = float(label_smoothing)
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor,
-                valid: torch.Tensor | None = None) -> torch.Tensor:
+                valid: torch.Tensor | None = None,
+                weight_map: torch.Tensor | None = None) -> torch.Tensor:
         target, valid = _target_and_mask(logits, target, valid)
+        voxel_w = _weight_map(weight_map, target)
         weights = _weights(self.weights, logits.shape[1], logits.device)
         per_voxel = F.cross_entropy(logits.float(), target, weight=weights, reduction="none",
                                     label_smoothing=self.label_smoothing)
         share = weights[target] if weights is not None else torch.ones_like(per_voxel)
+        if voxel_w is not None:
+            # The map scales the numerator only: the mean stays over voxels, so a map of
+            # ones changes nothing and FastSurfer's mean(ce * w) is reproduced.
+            per_voxel = per_voxel * voxel_w
         if valid is not None:
             per_voxel = per_voxel * valid
             share = share * valid

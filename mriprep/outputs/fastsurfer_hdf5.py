@@ -1,0 +1,242 @@
+"""``mriprep export --format fastsurfer-hdf5``: FastSurfer's own training HDF5 from a cache.
+
+The file holds one group per image size (``"256"`` for a ``conform_1mm`` cache) with the
+datasets FastSurferCNN's ``MultiScaleDataset`` reads:
+
+    orig_dataset    [N, H, W, 2t+1] uint8   thick slices of the cached image
+    aseg_dataset    [N, H, W]       uint8   the centre slice's classes of the view
+    weight_dataset  [N, H, W]       float64 its weights (mriprep.training.labels.weights)
+    zoom_dataset    [N, 2]          float32 in-plane voxel size
+    subject         [subjects]      str     one name per subject, as FastSurfer writes it
+
+and, beside them, ``slice_subject`` / ``slice_index`` (int32 per slice: which subject and
+which slice) and the label table's description and hash as attributes, which FastSurfer
+ignores. The rules are FastSurfer's ``generate_hdf5`` defaults (thickness 3, max_w 5,
+edge_w 5, no hires weight, blank-slice threshold 50, aparc processing, sagittal merge).
+
+Unlike ``generate_hdf5``: the subjects' tensors are checked against their checksums
+before any work; subjects are processed in parallel worker processes; a subject that
+fails (damaged entry, no labels, values outside the table) is named with its reason and
+left out, never skipped in silence; a file without any slice is refused and not written;
+the file appears atomically. Time and size per subject: docs/benchmarks.md (fastsurfer).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from mriprep.cache import Cache, IndexEntry
+from mriprep.core.atomic import atomic_path
+from mriprep.core.errors import CacheError, MriprepError
+from mriprep.core.hashing import checksum_file
+from mriprep.training.labels.subject import SubjectSlices, derive, slices_of
+from mriprep.training.labels.table import LabelTable
+from mriprep.training.labels.weights import WeightOptions
+
+H5PY_HINT = ("h5py is not installed; install it with `pip install 'mriprep[fastsurfer]'` "
+             "(or `pip install 'h5py>=3.9'`)")
+
+
+def require_h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise MriprepError(H5PY_HINT) from None
+    return h5py
+
+
+class EmptyExportError(CacheError):
+    """No slice could be written; ``problems`` names every subject left out."""
+
+    def __init__(self, message: str, problems: list[str]):
+        super().__init__(message)
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class HDF5Options:
+    view: str = "coronal"
+    thickness: int = 3
+    blt: float = 50
+    weights: WeightOptions = field(default_factory=WeightOptions)
+
+
+@dataclass
+class HDF5Result:
+    path: Path | None
+    slices: int = 0
+    subjects: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    unknown_voxels: int = 0
+
+
+def verify_entry(cache: Cache, entry: IndexEntry) -> None:
+    """Raise CacheError naming the entry when a tensor is missing, damaged or absent."""
+    if "label" not in entry.files:
+        raise CacheError(f"{entry.finding_name}: has no label map; FastSurfer training "
+                         "needs one (give the manifest a labels column)")
+    for name, record in entry.files.items():
+        path = cache.entry_dir(entry.key) / record.file
+        if not path.is_file():
+            raise CacheError(f"{entry.finding_name}: {path} is missing "
+                             "(`mriprep run --force` rebuilds the entry)")
+        if record.xxh3_128 is not None and checksum_file(path) != record.xxh3_128:
+            raise CacheError(f"{entry.finding_name}: {path} does not match its checksum "
+                             f"(`mriprep check {cache.root}` lists such entries)")
+
+
+def subject_name(entry: IndexEntry) -> str:
+    return f"{entry.subject_id}_{entry.session_id}" if entry.session_id else entry.subject_id
+
+
+def _one(cache_root: str, entry: IndexEntry, table: LabelTable,
+         options: HDF5Options) -> SubjectSlices:
+    """One subject's slices (runs in a worker process)."""
+    cache = Cache(cache_root)
+    image = np.asarray(cache.load_tensor(entry.key, "image"))
+    if image.dtype != np.uint8:
+        # FastSurfer's orig is uint8 in 0..255; casting float values would wrap silently.
+        raise CacheError(f"{entry.finding_name}: image is {image.dtype}, FastSurfer's HDF5 "
+                         "holds uint8 0..255; export a cache made with -p conform_1mm")
+    labels = np.asarray(cache.load_tensor(entry.key, "label"))
+    meta = cache.read_meta(entry.key)
+    derived = derive(labels, table, options.view, options.weights, subject_name(entry))
+    return slices_of(image, derived, meta["spacing"], options.view, options.thickness,
+                     options.blt)
+
+
+def export_fastsurfer_hdf5(cache: Cache, entries: Sequence[IndexEntry], path,
+                           table: LabelTable,
+                           options: HDF5Options = HDF5Options(), workers: int = 1,
+                           progress: Callable[[int, int], None] | None = None) -> HDF5Result:
+    """Write FastSurfer's training HDF5 for ``entries`` (module docstring).
+
+    Raises
+    ------
+    EmptyExportError
+        No slice at all could be written (every problem named); nothing is written then.
+    """
+    h5py = require_h5py()
+    result = HDF5Result(None)
+    good = []
+    for entry in entries:  # checksums first: no work on a damaged cohort's subjects
+        try:
+            verify_entry(cache, entry)
+            good.append(entry)
+        except CacheError as exc:
+            result.problems.append(str(exc))
+    result.path = Path(path)
+    with atomic_path(result.path) as tmp:
+        with h5py.File(tmp, "w") as hf:
+            _write_attributes(hf, table, options)
+            _write_subjects(hf, cache, entries, good, table, options, workers, result,
+                            progress, h5py)
+        if result.slices == 0:  # raising here removes the temporary file
+            raise EmptyExportError(
+                f"no slice to write to {path}, nothing was written: "
+                + ("; ".join(result.problems) or "no entries chosen"), result.problems)
+    return result
+
+
+def _write_attributes(hf, table: LabelTable, options: HDF5Options) -> None:
+    hf.attrs["written_by"] = "mriprep export --format fastsurfer-hdf5"
+    hf.attrs["label_table"] = json.dumps(table.describe())
+    hf.attrs["label_table_sha256"] = table.hash()
+    hf.attrs["view"] = options.view
+    hf.attrs["thickness"] = options.thickness
+
+
+def _write_subjects(hf, cache, entries, good, table, options, workers, result, progress,
+                    h5py) -> None:
+    """Process ``good`` (in worker processes when ``workers > 1``) and append each
+    subject's slices as it arrives, in the entries' order: memory holds a few subjects,
+    never the cohort."""
+    done = len(entries) - len(good)
+    pool = None
+    if workers > 1 and len(good) > 1:
+        pool = ProcessPoolExecutor(min(workers, len(good)), mp_context=_context())
+    ahead = 2 * workers  # subjects in flight: finished ones wait in memory until written
+    calls: dict[int, Any] = {}
+    try:
+        for i, entry in enumerate(good):
+            while pool and len(calls) < ahead and i + len(calls) < len(good):
+                j = i + len(calls)
+                calls[j] = pool.submit(_one, str(cache.root), good[j], table, options)
+            try:
+                got = (calls.pop(i).result() if pool
+                       else _one(str(cache.root), entry, table, options))
+            except MriprepError as exc:
+                result.problems.append(str(exc))
+                got = None
+            except (ValueError, OSError) as exc:  # e.g. an unreadable tensor: named too
+                result.problems.append(f"{entry.finding_name}: {type(exc).__name__}: {exc}")
+                got = None
+            done += 1
+            if progress is not None:
+                progress(done, len(entries))
+            if got is None:
+                continue
+            if len(got.index) == 0:
+                result.problems.append(f"{entry.finding_name}: no slice of the {options.view} "
+                                       f"view has a class sum above {options.blt}; left out")
+                continue
+            _append(hf, got, subject_name(entry), h5py)
+            result.subjects.append(subject_name(entry))
+            result.slices += len(got.index)
+            result.unknown_voxels += got.unknown_voxels
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
+
+
+def _append(hf, got: SubjectSlices, name: str, h5py) -> None:
+    """Append one subject to its size group, creating the group's datasets first."""
+    # FastSurfer groups by the image's first dimension (cubes from conform).
+    size = str(got.classes.shape[1])
+    n = len(got.index)
+    fields = {"orig_dataset": got.orig, "aseg_dataset": got.classes.astype(np.uint8),
+              "weight_dataset": got.weights,
+              "zoom_dataset": np.repeat(got.zoom[None], n, axis=0),
+              "slice_index": got.index}
+    if size not in hf:
+        g = hf.create_group(size)
+        for key, data in fields.items():
+            g.create_dataset(key, shape=(0,) + data.shape[1:], dtype=data.dtype,
+                             maxshape=(None,) + data.shape[1:],
+                             chunks=(1,) + data.shape[1:] if data.ndim >= 3 else True)
+        g.create_dataset("slice_subject", shape=(0,), maxshape=(None,), dtype=np.int32)
+        g.create_dataset("subject", shape=(0,), maxshape=(None,),
+                         dtype=h5py.special_dtype(vlen=str))
+    g = hf[size]
+    start = g["orig_dataset"].shape[0]
+    for key, data in fields.items():
+        g[key].resize(start + n, axis=0)
+        g[key][start:] = data
+    number = g["subject"].shape[0]
+    g["subject"].resize(number + 1, axis=0)
+    g["subject"][number] = name
+    g["slice_subject"].resize(start + n, axis=0)
+    g["slice_subject"][start:] = number
+
+
+def _context():
+    """Forked when this process runs no other thread (the command line): a worker then
+    starts in milliseconds. Spawned otherwise, since a fork copies other threads' locks
+    in whatever state they are (a training process with dask or loader threads); a
+    spawned worker imports mriprep.training, torch included, which takes seconds."""
+    import threading
+
+    method = "fork" if threading.active_count() == 1 and os.name == "posix" else "spawn"
+    return multiprocessing.get_context(method)
+
+
+def default_workers() -> int:
+    return max(1, min(4, (os.cpu_count() or 1) - 1))

@@ -1,0 +1,226 @@
+"""Label tables, class mapping per view, weight maps and thick slices (issue 29).
+
+The rules are compared voxel for voxel with the independent referee
+(:mod:`mriprep.demo.fastsurfer_referee`) on FreeSurfer-numbered demo labels.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from mriprep.core.errors import InputError
+from mriprep.demo.fastsurfer_referee import referee_subject, weight_mask
+from mriprep.training.labels import LabelTable, dkt_table, read_lut
+from mriprep.training.labels.aparc import prepare_labels
+from mriprep.training.labels.slices import kept_slices, thick_slices
+from mriprep.training.labels.subject import derive, slices_of
+from mriprep.training.labels.weights import (
+    WeightOptions,
+    class_weights,
+    edge_mask,
+    weight_map,
+)
+from tests.training.fastsurfer_cache import subject
+
+DKT = str(resources.files("mriprep.training.labels") / "fastsurfer_dkt.tsv")
+
+FREESURFER_TXT = """\
+#No. Label Name:                            R   G   B   A
+
+0   Unknown                                 0   0   0   0
+2   Left-Cerebral-White-Matter              245 245 245 0
+# a comment between rows
+41  Right-Cerebral-White-Matter             245 245 245 0
+17  Left-Hippocampus                        220 216 20  0
+53  Right-Hippocampus                       220 216 20  0
+16  Brain-Stem                              119 159 176 0
+"""
+
+
+@pytest.fixture(scope="module")
+def person():
+    return subject(1)
+
+
+def test_reads_freesurfer_text_and_fastsurfer_tsv(tmp_path):
+    txt = tmp_path / "lut.txt"
+    txt.write_text(FREESURFER_TXT)
+    lut = read_lut(txt)
+    assert lut.ids.tolist() == [0, 2, 41, 17, 53, 16]
+    assert lut.names[3] == "Left-Hippocampus" and lut.rgba[3].tolist() == [220, 216, 20, 0]
+    tsv = read_lut(DKT)
+    assert len(tsv) == 79 and tsv.names[0] == "Background" and tsv.ids[-1] == 2028
+
+
+@pytest.mark.parametrize("body, says", [
+    ("0 Unknown 0 0 0\n", "needs 6"),
+    ("0 Unknown 0 0 x 0\n", "non-number"),
+    ("0 A 0 0 0 0\n0 B 0 0 0 0\n", "more than once"),
+    ("# only a comment\n", "no labels"),
+])
+def test_bad_lut_rows_are_named(tmp_path, body, says):
+    path = tmp_path / "bad.txt"
+    path.write_text(body)
+    with pytest.raises(InputError, match=says) as err:
+        read_lut(path)
+    assert str(path) in str(err.value)
+
+
+def test_dkt_table_classes_and_sagittal_merge():
+    t = dkt_table()
+    assert t.num_classes("axial") == t.num_classes("coronal") == 79
+    assert t.num_classes("sagittal") == 51
+    sag = t.class_names("sagittal")
+    assert not any(n.startswith(("Left-", "ctx-rh")) for n in sag)
+    # Left-X takes Right-X's sagittal class, ctx-rh-X ctx-lh-X's.
+    for left, right in [("Left-Hippocampus", "Right-Hippocampus"),
+                        ("ctx-rh-cuneus", "ctx-lh-cuneus")]:
+        assert t.class_of_name(left, "sagittal") == t.class_of_name(right, "sagittal")
+    labels = np.array([17, 53, 2005, 1005, 16]).reshape(1, 1, 5)
+    sag_classes = t.map(labels, "sagittal").classes.ravel()
+    assert sag_classes[0] == sag_classes[1] and sag_classes[2] == sag_classes[3]
+    assert t.class_ids("sagittal")[sag_classes].tolist() == [53, 53, 1005, 1005, 16]
+
+
+def test_unknown_values_error_names_them_or_become_background():
+    labels = np.array([0, 2, 251, 251, 1004]).reshape(1, 1, 5)
+    with pytest.raises(InputError, match=r"sub-07: label values \[251, 1004\] \(3 voxels\)"):
+        dkt_table().map(labels, subject="sub-07")
+    mapped = dkt_table(unknown="background").map(labels)
+    assert mapped.classes.ravel().tolist() == [0, 1, 0, 0, 0]
+    assert mapped.unknown_voxels == 3 and mapped.unknown_values == (251, 1004)
+
+
+def test_table_without_sagittal_partner_is_refused(tmp_path):
+    path = tmp_path / "lut.tsv"
+    path.write_text("ID\tLabelName\tR\tG\tB\tA\n0\tBackground\t0\t0\t0\t0\n"
+                    "17\tLeft-Hippocampus\t1\t1\t1\t0\n")
+    with pytest.raises(InputError, match="Left-Hippocampus.*Right-Hippocampus"):
+        LabelTable(path)
+
+
+def test_lr_swap_mirrors_lateral_classes_and_fixes_midline():
+    t = dkt_table()
+    perm = t.lr_swap()
+    assert perm.dtype == np.int64 and sorted(perm.tolist()) == list(range(79))
+    assert (perm[perm] == np.arange(79)).all()
+    name = t.class_names()
+    assert name[perm[name.index("Left-Hippocampus")]] == "Right-Hippocampus"
+    assert name[perm[name.index("ctx-lh-cuneus")]] == "ctx-rh-cuneus"
+    for midline in ("Background", "Brain-Stem", "3rd-Ventricle", "ctx-lh-fusiform"):
+        # ctx-lh-fusiform stands for both hemispheres once fused: its own mirror.
+        assert perm[name.index(midline)] == name.index(midline)
+    assert (t.lr_swap("sagittal") == np.arange(51)).all()
+
+
+def test_to_freesurfer_inverts_the_mapping(person):
+    t = dkt_table()
+    mapped = t.map(person["label"], "axial").classes
+    back = t.to_freesurfer(mapped)
+    again = t.map(back, "axial").classes
+    np.testing.assert_array_equal(again, mapped)
+    assert set(np.unique(back)) <= set(t.ids.tolist())
+
+
+def test_aparc_rules_fill_unknown_and_fuse_right_parcels():
+    labels = np.zeros((12, 12, 12), dtype=np.int32)
+    labels[:, :6] = 1005
+    labels[:, 6:] = 1007
+    labels[:2, :2, :2] = 1000          # unknown, surrounded by 1005
+    labels[0, 0, 11] = 30              # left vessel -> left WM
+    out = prepare_labels(labels)
+    assert (out[:2, :2, :2] == 1005).all() and out[0, 0, 11] == 2
+    right = np.array([2005, 2007, 3, 42]).reshape(1, 1, 4)
+    # 2005 is a medial parcel FastSurfer keeps; 2007 joins 1007; cortex 3/42 -> 0.
+    assert prepare_labels(right).ravel().tolist() == [2005, 1007, 0, 0]
+    assert prepare_labels(right, cortex="split").ravel().tolist() == [2005, 2007, 0, 0]
+
+
+@pytest.mark.parametrize("view", ["axial", "coronal", "sagittal"])
+def test_equals_referee_voxel_for_voxel(person, view):
+    derived = derive(person["label"], dkt_table(), view)
+    got = slices_of(person["image"], derived, [1.0, 1.0, 1.0], view)
+    orig, aseg, weight, zoom = referee_subject(person["image"], person["label"],
+                                               (1.0, 1.0, 1.0), DKT, view)
+    np.testing.assert_array_equal(got.classes, aseg)
+    np.testing.assert_array_equal(got.orig, orig)
+    np.testing.assert_allclose(got.weights, weight, rtol=1e-12, atol=0)
+    assert tuple(got.zoom) == tuple(zoom)
+    assert got.classes.max() < dkt_table().num_classes(view)
+
+
+def test_class_weights_by_class_when_classes_are_absent():
+    # Classes 0, 2 and 5 of 6: FastSurfer's positional indexing would give class 5 the
+    # weight of the third class present; here each class gets its own.
+    classes = np.array([0] * 6 + [2] * 3 + [5] * 1)
+    w = class_weights(classes, 6, max_weight=5)
+    median = np.median([6, 3, 1])
+    np.testing.assert_allclose(w[[0, 2, 5]], [median / 6, median / 3, min(median, 5)])
+    assert w[[1, 3, 4]].tolist() == [0, 0, 0]
+    np.testing.assert_allclose(weight_mask(classes.reshape(1, 1, -1), gradient=False)
+                               .ravel(), w[classes])
+
+
+def test_edges_equal_numpy_gradient():
+    rng = np.random.default_rng(0)
+    classes = rng.integers(0, 3, (9, 8, 7)).astype(np.uint8)
+    grads = np.gradient(classes.astype(np.int64))
+    expected = np.sqrt(sum(g ** 2 for g in grads)) > 0
+    np.testing.assert_array_equal(edge_mask(classes), expected)
+
+
+def test_hires_weights_mark_sulcus_and_region_factor_scales():
+    classes = np.zeros((9, 9, 9), dtype=np.uint8)
+    classes[2:7, 2:7, 2:7] = 40          # "cortex" (> ctx_thresh 33)
+    classes[4, 2:7, 4] = 1               # a one-voxel sulcus through it
+    base = weight_map(classes, 41, WeightOptions(gradient=False))
+    hires = weight_map(classes, 41, WeightOptions(gradient=False, hires_weight=3))
+    np.testing.assert_allclose((hires - base)[4, 3:6, 4], 3.0)  # closing fills the sulcus
+    assert (hires - base)[0, 0, 0] == 0
+    scaled = weight_map(classes, 41, WeightOptions(), region_factors={1: 1.3})
+    plain = weight_map(classes, 41, WeightOptions())
+    np.testing.assert_allclose(scaled[classes == 1], 1.3 * plain[classes == 1])
+    np.testing.assert_array_equal(scaled[classes != 1], plain[classes != 1])
+    assert np.isfinite(hires).all() and (hires >= 0).all()
+
+
+def test_max_weight_caps_rare_classes():
+    classes = np.zeros((20, 20, 20), dtype=np.uint8)
+    classes[0, 0, 0] = 1
+    w = class_weights(classes, 2, max_weight=5)
+    assert w[1] == 5 and w[0] == pytest.approx(np.median([7999, 1]) / 7999)
+
+
+def test_thick_slices_pad_with_edge_and_blank_filter_sums_classes():
+    image = np.arange(5, dtype=np.uint8)[:, None, None] * np.ones((5, 2, 2), np.uint8)
+    thick = thick_slices(image, np.array([0, 4]), thickness=2)
+    assert thick.shape == (2, 2, 2, 5)
+    assert thick[0, 0, 0].tolist() == [0, 0, 0, 1, 2]   # edge slice repeated
+    assert thick[1, 0, 0].tolist() == [2, 3, 4, 4, 4]
+    classes = np.zeros((3, 4, 4), dtype=np.uint8)
+    classes[1, :2, :2] = 13     # sum 52 > 50 with 4 voxels
+    classes[2, :, :3] = 1       # 12 voxels, sum 12: blank
+    assert kept_slices(classes, 50).tolist() == [1]
+
+
+def test_demo_labels_use_freesurfer_numbers_by_hemisphere(person):
+    from mriprep.demo.freesurfer_labels import freesurfer_labels
+
+    tissue = np.zeros((40, 40, 40), dtype=np.uint8)
+    tissue[5:35, 5:35, 5:35] = 2
+    tissue[12:28, 12:28, 12:28] = 3
+    affine = np.diag([4.0, 4.0, 4.0, 1.0])
+    affine[:3, 3] = -80
+    labels = freesurfer_labels(tissue, affine)
+    values = set(np.unique(labels).tolist())
+    assert dkt_table().map(labels).unknown_values == ()  # every value has a class
+    x = (np.arange(40) * 4 - 80)[:, None, None] * np.ones((1, 40, 40))
+    left, right = labels[(x < -4) & (labels > 0)], labels[(x > 4) & (labels > 0)]
+    assert set(left.tolist()) & {41, 2002, 2028} == set()
+    assert set(right.tolist()) & {2, 1002, 1028} == set()
+    assert {2, 41} <= values and any(v > 2000 for v in values)
+    # The shared test subjects map into the table without unknown values.
+    assert dkt_table().map(person["label"]).unknown_values == ()
