@@ -10,12 +10,18 @@ in "val"), then:
    up as a mismatch);
 2. runs the reference training, ``examples/train_2p5d.py``, on the GPU with AMP
    (float16 autocast and a GradScaler), then with bfloat16, and confirms that it exits 0
-   with finite losses that fall; it prints the script's own epoch lines.
+   with finite losses that fall; it prints the script's own epoch lines;
+3. times ``mriprep.training.augment.Augment`` on CUDA on a batch of 2 x 1 x 128^3
+   (image, valid mask, labels; affine, elastic, bias, noise, gamma on every sample)
+   against one training step of a small 3D U-Net on that batch under float16 AMP, and
+   confirms the augmented batch is finite with no new label values (goal: augmentation
+   at most 10% of the step on a T4-class GPU). Without CUDA it says that it has not run
+   on a GPU. ``--augment-only`` runs this part alone (no cache, under a minute).
 
 Exit 0 when every check passes, 1 otherwise. Without CUDA it says so, skips the GPU
 checks, measures the CPU loader and runs a short CPU training.
 
-    python benchmarks/gpu_check.py [--volumes 8] [--workers 4] [--steps 40]
+    python benchmarks/gpu_check.py [--volumes 8] [--workers 4] [--steps 40] [--augment-only]
 """
 
 from __future__ import annotations
@@ -124,6 +130,91 @@ def check_training(cache_dir: Path, device: str, workers: int | None, steps: int
     return problems
 
 
+def _unet3d(width: int = 16, classes: int = 4):
+    """A small two-level 3D U-Net: the step augmentation is weighed against."""
+    from torch import nn
+
+    def block(cin, cout):
+        return nn.Sequential(nn.Conv3d(cin, cout, 3, padding=1, bias=False),
+                             nn.BatchNorm3d(cout), nn.ReLU(inplace=True),
+                             nn.Conv3d(cout, cout, 3, padding=1, bias=False),
+                             nn.BatchNorm3d(cout), nn.ReLU(inplace=True))
+
+    class UNet3d(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.bottom = block(1, width), block(width, 2 * width)
+            self.up = nn.ConvTranspose3d(2 * width, width, 2, stride=2)
+            self.dec, self.head = block(2 * width, width), nn.Conv3d(width, classes, 1)
+
+        def forward(self, x):
+            e = self.enc(x)
+            b = self.bottom(nn.functional.max_pool3d(e, 2))
+            return self.head(self.dec(torch.cat([self.up(b), e], 1)))
+
+    return UNet3d()
+
+
+def check_augment(device: str, repeats: int = 10) -> list[str]:
+    """Augment's time per 2 x 1 x 128^3 batch on CUDA against a 3D U-Net step (AMP)."""
+    if not device.startswith("cuda"):
+        print("  augmentation on CUDA: NOT RUN: no GPU here (this has not run on a GPU; "
+              "the CPU figures are in benchmarks/bench_augment.py)")
+        return []
+    from mriprep.training import CrossEntropyLoss
+    from mriprep.training.augment import Augment
+
+    problems = []
+    g = torch.Generator(device=device).manual_seed(0)
+    image = torch.randn(2, 1, 128, 128, 128, device=device, generator=g)
+    label = torch.randint(0, 4, (2, 128, 128, 128), device=device, generator=g)
+    valid = torch.ones(2, 128, 128, 128, dtype=torch.bool, device=device)
+    valid[..., :8] = False
+    augment = Augment(affine_prob=1.0, elastic_prob=1.0, bias_prob=1.0, noise_prob=1.0,
+                      gamma_prob=1.0)
+    model = _unet3d().to(device)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda")
+    ce = CrossEntropyLoss()
+
+    def augment_once(k):
+        augment.set_epoch(k)
+        return augment({"image": image, "valid": valid, "label": label,
+                        "subject_id": ["a", "b"]})
+
+    def step(batch):
+        with torch.autocast("cuda", dtype=torch.float16):
+            logits = model(batch["image"])
+        loss = ce(logits, batch["label"], valid=batch["valid"])
+        optimiser.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimiser)
+        scaler.update()
+
+    def timed(fn) -> float:
+        times = []
+        for k in range(repeats + 2):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn(k)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        return float(np.median(times[2:]))  # the first two warm up kernels and caches
+
+    batch = augment_once(0)
+    if not bool(torch.isfinite(batch["image"]).all()):
+        problems.append("augment: non-finite values in the augmented batch on CUDA")
+    if not set(batch["label"].unique().tolist()) <= set(label.unique().tolist()):
+        problems.append("augment: the augmented labels hold new values on CUDA")
+    augment_s = timed(augment_once)
+    step_s = timed(lambda k: step(batch))
+    share = augment_s / step_s
+    print(f"  augmentation on CUDA ({torch.cuda.get_device_name(0)}): {augment_s * 1e3:.1f} ms "
+          f"per 2 x 1 x 128^3 batch; 3D U-Net step under float16 AMP {step_s * 1e3:.1f} ms; "
+          f"augmentation = {share:.1%} of the step (goal <= 10% on a T4)")
+    return problems
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--volumes", type=int, default=8)
@@ -131,6 +222,8 @@ def main(argv=None) -> int:
                         help="loader workers (default: from the machine's cores)")
     parser.add_argument("--steps", type=int, default=None,
                         help="training steps per run (default 40 on CUDA, 10 on CPU)")
+    parser.add_argument("--augment-only", action="store_true",
+                        help="only time Augment against a 3D U-Net step (no cache)")
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     if cuda:
@@ -140,6 +233,12 @@ def main(argv=None) -> int:
         device = "cpu"
         print("CUDA is not available: skipping the pinned-memory and GPU transfer checks; "
               "measuring the CPU loader only")
+    if args.augment_only:
+        print("augmentation:")
+        problems = check_augment(device)
+        for p in problems:
+            print(f"  - {p}")
+        return 1 if problems else 0
     scratch = Path(tempfile.mkdtemp(prefix="mriprep-gpu-check-"))
     try:
         t0 = time.perf_counter()
@@ -152,6 +251,8 @@ def main(argv=None) -> int:
         print("reference training:")
         steps = args.steps or (40 if cuda else 10)
         problems += check_training(cache_dir, device, args.workers, steps)
+        print("augmentation:")
+        problems += check_augment(device)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if problems:

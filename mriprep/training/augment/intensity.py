@@ -1,0 +1,177 @@
+"""Intensity transforms, per sample, on valid-voxel statistics.
+
+Every transform reads the statistics it needs (mean, std, min, max) from the sample's
+valid voxels only, so filled or out-of-field voxels never set a contrast. The
+multiplicative ones (bias field, gamma, Rician noise) act on intensities above the valid
+minimum, so a z-scored image (negative background) keeps its background. Order: bias,
+gamma, contrast/brightness, low resolution, blur, Gaussian noise, Rician noise, clamp.
+Every step maps finite values to finite values (ranges floored, no division by a
+value that can be 0); the clamp (in :class:`Augment`) bounds the result and counts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from mriprep.training.augment.params import SampleParams, bias_terms
+
+EPS = 1e-6
+
+
+SUBSAMPLE = 65536
+
+
+class ValidStats:
+    """Statistics of one sample's valid voxels (all channels), computed when asked.
+
+    Mean and std come from a strided subsample of at most :data:`SUBSAMPLE` voxels
+    (their error is far below any augmentation range: gathering every valid voxel cost
+    more than the transforms); the range is exact where it bounds values (gamma), from
+    the subsample where it is only a reference point (bias field, Rician noise). A
+    sample without a valid voxel gets mean 0, std 1 and range [0, 1].
+    """
+
+    def __init__(self, x: torch.Tensor, valid: torch.Tensor, all_valid: bool):
+        self.x, self.all_valid = x, all_valid
+        self.v = valid[:, None].expand_as(x)
+        step = max(1, x.numel() // SUBSAMPLE) | 1  # odd: no aliasing with even grids
+        flat = x.reshape(-1)[::step]
+        self.sample = flat if all_valid else flat[self.v.reshape(-1)[::step]]
+        if self.sample.numel() == 0 and not all_valid:
+            self.sample = x[self.v]  # a sliver of valid voxels the stride missed
+
+    def range(self, exact: bool = False) -> tuple[float, float]:
+        if self.sample.numel() == 0:
+            return 0.0, 1.0
+        if not exact:
+            lo, hi = torch.aminmax(self.sample)
+        elif self.all_valid:
+            lo, hi = torch.aminmax(self.x)
+        else:
+            # invalid voxels take a valid value: the range of the valid ones is unchanged
+            lo, hi = torch.aminmax(torch.where(self.v, self.x, self.sample[0]))
+        return float(lo), float(hi)
+
+    def moments(self) -> tuple[float, float]:
+        if self.sample.numel() == 0:
+            return 0.0, 1.0
+        std, mean = torch.std_mean(self.sample, correction=0)
+        return float(mean), max(float(std), EPS)
+
+
+def _smooth_along(x: torch.Tensor, axis: int, sigma: float) -> torch.Tensor:
+    """Gaussian smoothing of ``[1, C, *S]`` along spatial ``axis``, edges replicated
+    (the kernel is cut to 3 sigma, and to the axis' length)."""
+    length = x.shape[2 + axis]
+    radius = min(max(1, int(math.ceil(3 * sigma))), length - 1)
+    if radius < 1:
+        return x
+    taps = torch.arange(-radius, radius + 1, dtype=torch.float32, device=x.device)
+    kernel = torch.exp(-0.5 * (taps / sigma) ** 2)
+    kernel = kernel / kernel.sum()
+    n, c = x.dim() - 2, x.shape[1]
+    shape = [1] * n
+    shape[axis] = kernel.numel()
+    pad = [0, 0] * n
+    pad[2 * (n - 1 - axis)] = pad[2 * (n - 1 - axis) + 1] = radius
+    conv = F.conv3d if n == 3 else F.conv2d
+    weight = kernel.reshape(1, 1, *shape).repeat(c, 1, *([1] * n))
+    return conv(F.pad(x, pad, mode="replicate"), weight, groups=c)
+
+
+_BASIS: dict = {}
+
+
+def bias_field(p: SampleParams, shape: tuple[int, ...], order: int, device) -> torch.Tensor:
+    """``exp(sum_k c_k * monomial_k)`` over [-1, 1]^n, evaluated on a grid of a quarter
+    the size and interpolated (a polynomial of order 3 is smooth at that scale)."""
+    coarse = tuple(max(2, s // 4) for s in shape)
+    key = (coarse, order, str(device))
+    if key not in _BASIS:  # the monomials of one grid, kept: one shape per training run
+        axes = [torch.linspace(-1, 1, s, device=device) for s in coarse]
+        coords = torch.meshgrid(*axes, indexing="ij")
+        terms = []
+        for powers in bias_terms(len(shape), order):
+            term = torch.ones(coarse, device=device)
+            for axis, power in enumerate(powers):
+                if power:
+                    term = term * coords[axis] ** power
+            terms.append(term.reshape(-1))
+        _BASIS.clear()
+        _BASIS[key] = torch.stack(terms, 1)
+    coefficients = torch.tensor(p.bias_coefficients, dtype=torch.float32, device=device)
+    log_field = (_BASIS[key] @ coefficients).reshape(coarse)
+    mode = "trilinear" if len(shape) == 3 else "bilinear"
+    field = F.interpolate(log_field[None, None], size=shape, mode=mode, align_corners=True)
+    return field[0].exp()
+
+
+def _randn(shape, seed: int, device) -> torch.Tensor:
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(shape, generator=g, device=device)
+
+
+def apply_intensity(x: torch.Tensor, valid: torch.Tensor, params: list[SampleParams],
+                    bias_order: int, all_valid: list[bool]) -> torch.Tensor:
+    """The intensity transforms of every sample; ``x`` ``[B, C, *S]`` float32,
+    ``all_valid[i]`` whether every voxel of sample ``i`` is valid. Statistics are read
+    back to the host (a synchronisation per transform that needs them: per-sample
+    scalars are what these transforms are defined by)."""
+    if not any(p.changes_intensity for p in params):
+        return x
+    shape = tuple(x.shape[2:])
+    out = []
+    for i, p in enumerate(params):
+        xi = x[i:i + 1]
+        if not p.changes_intensity:
+            out.append(xi)
+            continue
+
+        def stats():
+            return ValidStats(xi, valid[i:i + 1], all_valid[i])
+
+        if p.bias:
+            lo, _ = stats().range()
+            xi = (xi - lo) * bias_field(p, shape, bias_order, x.device) + lo
+        if p.gamma is not None:
+            lo, hi = stats().range(exact=True)
+            span = max(hi - lo, EPS)
+            xi = ((xi - lo) / span).clamp(0.0, 1.0) ** p.gamma * span + lo
+        if p.contrast is not None:
+            mean, std = stats().moments()
+            xi = (xi - mean) * p.contrast + (mean + p.brightness * std)
+        if p.lowres_factor is not None:
+            xi = _low_resolution(xi, p.lowres_axis, p.lowres_factor)
+        if p.blur_sigma is not None:
+            for axis in range(len(shape)):
+                xi = _smooth_along(xi, axis, p.blur_sigma)
+        if p.noise_std is not None or p.rician_std is not None:
+            now = stats()
+            (lo, _), (_, std) = now.range(), now.moments()
+        if p.noise_std is not None:
+            xi = xi + (p.noise_std * std) * _randn(xi.shape, p.field_seed + 2, x.device)
+        if p.rician_std is not None:
+            sigma = p.rician_std * std
+            n1 = _randn(xi.shape, p.field_seed + 3, x.device)
+            n2 = _randn(xi.shape, p.field_seed + 4, x.device)
+            xi = torch.sqrt((xi - lo + sigma * n1) ** 2 + (sigma * n2) ** 2) + lo
+        out.append(xi)
+    return torch.cat(out) if len(out) > 1 else out[0]
+
+
+def _low_resolution(x: torch.Tensor, axis: int, factor: float) -> torch.Tensor:
+    """Thick slices along ``axis``: each averages ``factor`` voxels (Gaussian of that
+    FWHM), sampled every ``factor`` voxels, then interpolated back linearly."""
+    n = x.shape[2 + axis]
+    low = max(2, int(round(n / factor)))
+    if low >= n:
+        return x
+    x = _smooth_along(x, axis, factor / (2 * math.sqrt(2 * math.log(2))))
+    size = list(x.shape[2:])
+    size[axis] = low
+    mode = "trilinear" if x.dim() == 5 else "bilinear"
+    small = F.interpolate(x, size=size, mode=mode, align_corners=True)
+    return F.interpolate(small, size=tuple(x.shape[2:]), mode=mode, align_corners=True)
