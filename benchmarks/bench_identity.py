@@ -4,9 +4,14 @@ A rescan of one person (another pose, resolution, noise level, contrast scaling,
 stripped or not) goes through ``t1w_mni_rigid`` onto the MNI152 grid; so does every
 other person. This benchmark builds that calibration set, reads each cached image once
 through the check's own tensor pass, and prints, for the old fingerprint (8^3 block
-means) and the identity descriptor (:mod:`mriprep.splits.identity`), the similarity of
-every rescan pair and every different-people pair, and the detection and false-alarm
-rates at each threshold. Then it times the identity search at 10,000 entries.
+means) and the identity descriptor (:mod:`mriprep.splits.identity`) centred on the
+cohort (before issue 30) and on the shipped reference population
+(:mod:`mriprep.splits.reference`, what the check does), the similarity of every rescan
+pair and every different-people pair, and the detection and false-alarm rates at each
+threshold. Then: the reference people's own pairs, each against a reference without the
+two; cohorts of 5, 8, 20 and 200 entries, drawn at random and dominated by one person
+(60% of the entries; above the set's size entries repeat, as copies under new ids),
+centred both ways (:func:`cohort_sizes`); and the identity search at 10,000 entries.
 
 The set (nothing is the template's own voxels):
 
@@ -190,10 +195,15 @@ def descriptors(work: Path, truth: dict) -> tuple[list[str], np.ndarray, np.ndar
     return names, np.stack(new), np.stack(old), seconds / max(1, len(names))
 
 
-def correlations(prints: np.ndarray) -> np.ndarray:
+def correlations(prints: np.ndarray, centre="cohort") -> np.ndarray:
+    """Every pair's identity correlation: deviations from the cohort's mean person
+    (``"cohort"``, the old search) or from the reference population (``"reference"``,
+    or a :class:`~mriprep.splits.reference.Reference`)."""
+    from mriprep.splits.identity import _standardiser
     from mriprep.splits.near_duplicates import normalise_fingerprints
 
-    vectors, _ = normalise_fingerprints(prints)
+    standardise = None if centre == "cohort" else _standardiser(centre)
+    vectors, _ = normalise_fingerprints(prints, standardise)
     return vectors.astype(np.float64) @ vectors.T.astype(np.float64)
 
 
@@ -224,22 +234,89 @@ def summarise(label: str, corr: np.ndarray, rescans: np.ndarray, others: np.ndar
     return row
 
 
-def small_cohorts(prints: np.ndarray, rescans: np.ndarray, others: np.ndarray,
-                  size: int = 6, draws: int = 300) -> None:
-    """The same in caches of only ``size`` entries, where the cohort mean is a poor
-    average person."""
+def cohort_draws(people: np.ndarray, size: int, dominated: bool, rng) -> np.ndarray:
+    """Row indices of one cohort of ``size`` entries: drawn at random, or ``dominated``
+    by one person (every scan of a person with 3 or more, then as many of them again as
+    make 60% of the cohort, the rest other people). Above the set's size entries repeat:
+    a repeat is a copy under another id."""
+    n = len(people)
+    if not dominated:
+        return rng.choice(n, size, replace=size > n)
+    counts = {p: int((people == p).sum()) for p in set(people)}
+    person = rng.choice(sorted(p for p, c in counts.items() if c >= 3))
+    own = np.flatnonzero(people == person)
+    others = np.flatnonzero(people != person)
+    k = max(len(own), int(round(0.6 * size))) if size > len(own) else size - 2
+    mine = np.concatenate([rng.permutation(own), rng.choice(own, max(0, k - len(own)))])[:k]
+    rest = rng.choice(others, size - len(mine), replace=size - len(mine) > len(others))
+    return np.concatenate([mine, rest])
+
+
+def cohort_sizes(prints: np.ndarray, people: np.ndarray, sizes=(5, 8, 20, 200),
+                 draws: int = 200, reference=None) -> list[dict]:
+    """Same-person and different-people pairs in cohorts of ``sizes`` entries, drawn
+    at random and dominated by one person, centred on the cohort (the old search) and
+    on the reference population: the lowest same-person and highest different-people
+    correlation of each cohort, and the share of same-person pairs the check names."""
+    from mriprep.splits.identity import IDENTITY_ERROR, IDENTITY_WARNING
+
     rng = np.random.default_rng(0)
-    worst_r, worst_o = [], []
-    for _ in range(draws):
-        pick = np.sort(rng.choice(len(prints), size, replace=False))
-        corr = correlations(prints[pick])
-        r, o = rescans[np.ix_(pick, pick)], others[np.ix_(pick, pick)]
-        if r.any():
-            worst_r.append(corr[r].min())
-        worst_o.append(corr[o].max())
-    print(f"  cohorts of {size} ({draws} draws): rescans min {min(worst_r):.3f} 5% "
-          f"{np.percentile(worst_r, 5):.3f}; different people max {max(worst_o):.3f} 99% "
-          f"{np.percentile(worst_o, 99):.3f}")
+    rows = []
+    print(f"cohorts ({draws} draws each; every entry its own id; a pair of two entries "
+          "of one person is same-person, whichever scans they are):")
+    for size in sizes:
+        for dominated in (False, True):
+            for centre in ("cohort", reference or "reference"):
+                same_all, other_all, worst_same, worst_other, shared = [], [], [], [], []
+                for _ in range(draws if size < 200 else draws // 4):
+                    pick = cohort_draws(people, size, dominated, rng)
+                    corr = correlations(prints[pick], centre)
+                    who = people[pick]
+                    upper = np.triu(np.ones(corr.shape, dtype=bool), 1)
+                    same = (who[:, None] == who[None, :]) & upper
+                    other = (who[:, None] != who[None, :]) & upper
+                    if same.any():
+                        same_all.append(corr[same])
+                        worst_same.append(corr[same].min())
+                    other_all.append(corr[other])
+                    worst_other.append(corr[other].max())
+                    shared.append(corr[upper].mean())  # shared_deviation: every id distinct
+                s, o = np.concatenate(same_all), np.concatenate(other_all)
+                label = "cohort" if centre == "cohort" else "reference"
+                row = {"size": size, "dominated": dominated, "centre": label,
+                       "same_min": round(float(s.min()), 3),
+                       "same_p5": round(float(np.percentile(s, 5)), 3),
+                       "same_named": round(float(np.mean(s >= IDENTITY_WARNING)), 4),
+                       "same_error": round(float(np.mean(s >= IDENTITY_ERROR)), 4),
+                       "other_max": round(float(o.max()), 3),
+                       "other_p99": round(float(np.percentile(o, 99)), 3),
+                       "other_named": round(float(np.mean(o >= IDENTITY_WARNING)), 5),
+                       "shared_min": round(float(np.min(shared)), 3),
+                       "shared_max": round(float(np.max(shared)), 3)}
+                rows.append(row)
+                print(f"  {size:3d} entries {'dominated' if dominated else 'random   '} "
+                      f"centred on the {label:9s}: same person min {row['same_min']:6.3f} "
+                      f"5% {row['same_p5']:6.3f} named {row['same_named']:7.2%} (error "
+                      f"{row['same_error']:7.2%}); different people max {row['other_max']:6.3f}"
+                      f" 99% {row['other_p99']:6.3f} named {row['other_named']:7.3%}; shared "
+                      f"deviation {row['shared_min']:.2f}-{row['shared_max']:.2f}")
+    return rows
+
+
+def reference_pairs(arrays) -> np.ndarray:
+    """Identity correlations of every pair of reference people, each pair scored against
+    a reference rebuilt without the two (so that neither is part of its own average)."""
+    from mriprep.splits.reference import reference_from_arrays
+
+    descriptors = np.asarray(arrays["descriptors"])
+    n = len(descriptors)
+    out = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            keep = [k for k in range(n) if k not in (i, j)]
+            ref = reference_from_arrays({**arrays, "descriptors": descriptors[keep]})
+            out.append(correlations(descriptors[[i, j]], ref)[0, 1])
+    return np.array(out)
 
 
 def synthetic_descriptors(entries: int, seed: int = 0, planted: int = 10
@@ -293,14 +370,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(work: Path, args) -> int:
+    from mriprep.splits.reference import REFERENCE_PATH, load_reference
+
     truth = build_set(work, args.people)
     names, new, old, per_entry = descriptors(work, truth)
     rescans, others = pair_sets(names, truth)
-    print(f"{len(names)} cached entries; the check's image pass: {per_entry:.3f} s an entry")
-    summarise("old fingerprint (8x8x8 block means)", correlations(old), rescans, others)
-    small_cohorts(old, rescans, others)
-    summarise("identity fingerprint", correlations(new), rescans, others)
-    small_cohorts(new, rescans, others)
+    people = np.array([_person(truth["scans"][n]["anatomy"]) for n in names])
+    reference = load_reference()
+    print(f"{len(names)} cached entries; the check's image pass: {per_entry:.3f} s an entry; "
+          f"reference population: {reference.people} people ({REFERENCE_PATH.name})")
+    summarise("old fingerprint (8x8x8 block means), centred on the cohort", correlations(old),
+              rescans, others)
+    summarise("identity fingerprint, centred on the cohort (before issue 30)",
+              correlations(new), rescans, others)
+    summarise("identity fingerprint, centred on the reference population",
+              correlations(new, reference), rescans, others)
+    with np.load(REFERENCE_PATH) as arrays:
+        held_out = reference_pairs(dict(arrays))
+    print(f"reference people, each pair against the other {reference.people - 2} "
+          f"({held_out.size} pairs of different people): max {held_out.max():.3f} 99% "
+          f"{np.percentile(held_out, 99):.3f} median {np.median(held_out):.3f}")
+    cohort_sizes(new, people, reference=reference)
     if args.entries:
         search_time(args.entries)
     return 0

@@ -34,9 +34,11 @@ def render_report(report: CheckReport, command: str = "mriprep check") -> str:
     search = report.near_duplicate_search
     if search.get("method") and search["method"] != "skipped":
         lines.append(
-            f"  near-duplicate search: {search['method']} over {search.get('entries')} "
-            f"fingerprints, {search.get('pairs_compared')} pairs compared"
+            f"  identity search: {search['method']} over {search.get('entries')} "
+            f"fingerprints, {search.get('pairs_compared')} pairs compared, centred on the "
+            f"{search.get('centre', 'cohort')}"
         )
+    lines += [f"  identity: {note}" for note in search.get("notes", ())]
     if report.splits:
         lines += ["", _split_table(report)]
     by_code: dict[str, list] = defaultdict(list)

@@ -19,10 +19,17 @@ image makes (:data:`IDENTITY_BLOCKS` per axis, about 6 mm on the MNI grid):
   reference (head or brain) cancel, and one corrupt voxel moves one block by at most
   the clip, not the whole descriptor.
 
-:func:`find_identity_matches` centres the descriptors on the cohort (its mean person)
-and returns the pairs whose correlation reaches a threshold: every pair up to
+:func:`find_identity_matches` centres and scales the descriptors on a fixed reference
+population (:mod:`mriprep.splits.reference`: synthetic people through ``t1w_mni_rigid``,
+shipped with the package), so that a pair's correlation is a property of the pair, not
+of whoever else is in the cache (centred on the cohort, a person who made up most of a
+small cohort was its average, and their rescans were missed: issue 30). Images on
+another grid can only be centred on their own cohort (``centre="cohort"``). It returns
+the pairs whose correlation reaches a threshold: every pair up to
 :data:`~mriprep.splits.near_duplicates.EXACT_SEARCH_MAX` entries, random-hyperplane LSH
 above (on a random sketch of the descriptors), so that 10,000 entries cost seconds.
+:func:`shared_deviation` says when a cache is too uniform for correlations to tell
+people apart.
 
 What it can promise: on a registered pipeline, rescans of one person are found across
 resolutions, poses, noise, contrast and skull stripping (``benchmarks/bench_identity.py``
@@ -45,7 +52,9 @@ from mriprep.splits.near_duplicates import (
     NEAR_DUPLICATE_THRESHOLD,
     _lsh_candidates,
     correlated_pairs,
+    normalise_fingerprints,
 )
+from mriprep.splits.reference import Reference, load_reference
 
 IDENTITY_BLOCKS = 32
 # Half-axes of the core ellipsoid, as a share of the grid's half-extents. Measured on the
@@ -61,25 +70,27 @@ CORE_RADIUS = 0.55
 # (robust z without clipping: rescans min 0.80; ranks instead of z: 0.798 / 0.435).
 ROBUST_CLIP = 3.0
 
-# Correlations of cohort-centred descriptors made by the check's own tensor pass, on the
-# calibration set (benchmarks/bench_identity.py; 54 entries through t1w_mni_rigid: 86
-# rescan pairs, 1345 pairs of different people, Colin27 against every synthetic person):
-#   rescans (1 mm, 1x1x5 mm with 3x the noise, 0.9x0.9x3 mm coronal with contrast x0.3
-#     and gamma 1.2, skull-stripped, 0.5 mm; each in its own pose; Colin27 1 mm / 5 mm
-#     noisy / skull-stripped / 0.5 mm): min 0.826, 5th percentile 0.884, median 0.951.
-#   different people: max 0.367, 99th percentile 0.294, median -0.089.
-#   in caches of only 6 entries (300 random draws; the cohort mean is then a poor
-#     average person): rescans min 0.513, 5th percentile 0.756; different people max 0.345.
-#   the old fingerprint (8x8x8 block means of the whole image, centred): rescans min
-#     -0.593, median 0.01; different people max 0.931: at its 0.95 it found 0% of the
-#     rescans, at 0.5 18.6% with 10.0% of different-people pairs flagged.
-# At 0.7 and at 0.5: 100% of rescans, 0% of different-people pairs (full set). The error
-# threshold sits 0.33 above every different-people pair measured and 0.13 below every
-# rescan of the full set (6-entry caches: 5% of rescans fall below it, to the warning);
-# the warning threshold below every rescan measured, small caches included, and 0.13
-# above the largest different-people pair.
+# Correlations of the descriptors centred and scaled on the fixed reference population
+# (16 synthetic people, mriprep/splits/identity_reference.npz), so that a pair's score does
+# not depend on who else is in the cache. Measured by `make bench` identity, section
+# "Identity leaks" of docs/benchmarks.md: rescans of one person (1 mm, thick and noisy,
+# other contrast, skull-stripped, 0.5 mm, each in its own pose) from 0.68 up, different
+# people at most 0.36, the reference people among themselves at most 0.50; the same in
+# cohorts of 5, 20 and 200 entries and in cohorts one person dominates. So the warning
+# names every rescan measured and no pair of different people; the error takes about 95%
+# of the rescans, the rest are warnings.
 IDENTITY_ERROR = 0.7
 IDENTITY_WARNING = NEAR_DUPLICATE_THRESHOLD  # 0.5, `mriprep check --near-threshold`
+
+# Off the reference grid the descriptors can only be centred on their own cohort, whose
+# mean is a poor average person in a small cohort and the person themselves in a cohort
+# that one person dominates (docs/benchmarks.md, "Identity leaks": cohort-centred rows).
+# Below 3 entries there is no average at all: `identity-too-few`.
+COHORT_CENTRED_MIN = 3
+# The mean correlation of different ids' deviations from the reference population from
+# which a cache is too uniform to judge (shared_deviation). Measured (make bench identity,
+# 22 entries of 5 people): cohorts dominated by one person 0.23-0.69; docs/benchmarks.md.
+UNIFORM_DEVIATION = 0.3
 
 # LSH above EXACT_SEARCH_MAX entries hashes a random sketch of this many dimensions; the
 # sketch moves a correlation rho by about (1 - rho^2) / sqrt(SKETCH_DIMS) (0.032 at 0.7),
@@ -122,20 +133,28 @@ def find_identity_matches(
     descriptors: np.ndarray,
     threshold: float = IDENTITY_WARNING,
     *,
+    centre: str | Reference = "reference",
     method: str = "auto",
     seed: int = 0,
     miss_probability: float = 1e-4,
     info: dict[str, Any] | None = None,
 ) -> list[tuple[int, int, float]]:
-    """Pairs of rows whose cohort-centred descriptors correlate at or above ``threshold``.
+    """Pairs of rows whose descriptors, as deviations from an average person, correlate
+    at or above ``threshold``.
 
     Parameters
     ----------
     descriptors : ndarray, shape (n, d)
-        One :func:`identity_descriptor` per image, all of one pipeline and grid. At
-        least 3 rows: the cohort mean is the reference every row deviates from.
+        One :func:`identity_descriptor` per image, all of one pipeline and grid.
     threshold : float
         Correlation from which a pair is returned (:data:`IDENTITY_WARNING`).
+    centre : "reference", "cohort" or Reference
+        The average person: ``"reference"`` (the shipped population,
+        :func:`~mriprep.splits.reference.load_reference`; the thresholds were measured
+        so, and a pair's correlation depends on the pair only) or another
+        :class:`~mriprep.splits.reference.Reference`, for images on its grid;
+        ``"cohort"``, the rows' own mean, for images on another grid (at least 3 rows;
+        a person making up much of the cohort then becomes the average and is missed).
     method : {"auto", "exact", "lsh"}
         ``exact`` compares every pair (``auto`` up to
         :data:`~mriprep.splits.near_duplicates.EXACT_SEARCH_MAX` rows). ``lsh`` hashes a
@@ -157,6 +176,7 @@ def find_identity_matches(
         Row indices with i < j, by decreasing correlation.
     """
     sure = max(threshold, IDENTITY_ERROR)
+    standardise = _standardiser(centre)
 
     def lsh(vectors: np.ndarray, info: dict[str, Any]) -> np.ndarray:
         info["lsh_sure_from"] = sure
@@ -164,7 +184,39 @@ def find_identity_matches(
                                miss_probability, info, bits=_band_bits(len(vectors)),
                                filter_bits=FILTER_BITS, margin_sd=FILTER_MARGIN_SD)
 
-    return correlated_pairs(descriptors, threshold, method, info, lsh, what="identity search")
+    return correlated_pairs(descriptors, threshold, method, info, lsh,
+                            what="identity search", standardise=standardise)
+
+
+def _standardiser(centre: str | Reference):
+    if isinstance(centre, Reference):
+        return centre.standardise
+    if centre == "reference":
+        return load_reference().standardise
+    if centre == "cohort":
+        return None
+    raise ValueError(f"unknown identity centre {centre!r}; use 'reference', 'cohort' or a "
+                     "mriprep.splits.reference.Reference")
+
+
+def shared_deviation(descriptors: np.ndarray, distinct: np.ndarray | None = None,
+                     centre: str | Reference = "reference") -> float:
+    """The mean correlation of the rows' deviations from the average person, over the
+    pairs ``distinct`` marks (a boolean n x n matrix, e.g. pairs of two subject ids;
+    every pair by default).
+
+    Different people deviate each their own way: about 0 (measured in
+    ``benchmarks/bench_identity.py``). A cache whose images all deviate alike, one
+    person under most of its ids, or images that all differ from the reference
+    population the same way (another contrast, scanner or population), is too uniform
+    for a correlation to tell people apart: :data:`UNIFORM_DEVIATION` says from where.
+    """
+    vectors, usable = normalise_fingerprints(descriptors, _standardiser(centre))
+    corr = vectors.astype(np.float64) @ vectors.T.astype(np.float64)
+    pairs = np.triu(np.ones(corr.shape, dtype=bool), 1) & usable[:, None] & usable[None, :]
+    if distinct is not None:
+        pairs &= np.asarray(distinct, dtype=bool)
+    return float(corr[pairs].mean()) if pairs.any() else 0.0
 
 
 def _sketch(vectors: np.ndarray, seed: int) -> np.ndarray:

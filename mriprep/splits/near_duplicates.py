@@ -26,17 +26,28 @@ NEAR_DUPLICATE_THRESHOLD = 0.5
 EXACT_SEARCH_MAX = 4096
 
 
-def normalise_fingerprints(fingerprints: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centre fingerprints on the cohort mean and scale each to zero mean, unit norm.
+def normalise_fingerprints(
+    fingerprints: np.ndarray,
+    standardise: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Centre fingerprints and scale each to zero mean, unit norm.
 
     Registered brains share most of their coarse anatomy, so the raw block means of two
-    different people correlate highly; only the deviation from the cohort identifies a
-    scan. Returns the normalised rows (float32) and a mask of usable rows (a row equal to
-    the cohort mean carries no identity). The dot product of two normalised rows is the
-    Pearson correlation of their deviations from the cohort.
+    different people correlate highly; only the deviation from an average person
+    identifies a scan. Without ``standardise`` that average is the cohort mean (which a
+    person making up much of the cohort moves towards themselves);
+    ``standardise(rows)`` returns the deviations from a fixed population instead
+    (:meth:`mriprep.splits.reference.Reference.standardise`), and a pair's correlation
+    then does not depend on the rest of the cohort. Returns the normalised rows
+    (float32) and a mask of usable rows (a row equal to the average carries no
+    identity). The dot product of two normalised rows is the Pearson correlation of
+    their deviations.
     """
     f = np.asarray(fingerprints, dtype=np.float64)
-    f = f - f.mean(axis=0, keepdims=True)
+    if standardise is None:
+        f = f - f.mean(axis=0, keepdims=True)
+    else:
+        f = np.array(standardise(f), dtype=np.float64)
     f -= f.mean(axis=1, keepdims=True)
     norms = np.linalg.norm(f, axis=1)
     usable = norms > 1e-9 * max(1.0, float(norms.max(initial=0.0)))
@@ -106,23 +117,24 @@ def correlated_pairs(
     info: dict[str, Any] | None,
     lsh: Callable[[np.ndarray, dict[str, Any]], np.ndarray],
     what: str,
+    standardise: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> list[tuple[int, int, float]]:
     """The search both :func:`find_near_duplicates` and
     :func:`mriprep.splits.identity.find_identity_matches` run: centre and normalise the
-    rows (:func:`normalise_fingerprints`), compare every pair (``exact``) or the
-    candidate pairs ``lsh(vectors, info)`` returns, keep those at or above
-    ``threshold``. ``what`` names the search in errors."""
+    rows (:func:`normalise_fingerprints`, on the cohort or by ``standardise``), compare
+    every pair (``exact``) or the candidate pairs ``lsh(vectors, info)`` returns, keep
+    those at or above ``threshold``. ``what`` names the search in errors."""
     if not 0 < threshold < 1:
         raise ValueError(f"{what} threshold must be in (0, 1), got {threshold}")
+    if method not in ("auto", "exact", "lsh"):
+        raise ValueError(f"unknown {what} method {method!r}; use auto, exact or lsh")
     info = info if info is not None else {}
-    normalised, usable = normalise_fingerprints(fingerprints)
+    normalised, usable = normalise_fingerprints(fingerprints, standardise)
     rows = np.flatnonzero(usable)
     vectors = normalised[rows]
     n = len(rows)
     if method == "auto":
         method = "exact" if n <= EXACT_SEARCH_MAX else "lsh"
-    if method not in ("exact", "lsh"):
-        raise ValueError(f"unknown {what} method {method!r}; use auto, exact or lsh")
     info.update(method=method, entries=int(n), threshold=threshold)
     if n < 2:
         info["pairs_compared"] = 0

@@ -110,34 +110,43 @@ def thick_noisy(data: np.ndarray, rng) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def real_prints(tmp_path_factory) -> dict[str, np.ndarray]:
-    """Identity fingerprints of Colin27 (1 mm, 5 mm noisy, skull-stripped, 0.5 mm) and
-    of the macaque (x2.3) on the MNI grid."""
+def colin_prints(tmp_path_factory) -> dict[str, np.ndarray]:
+    """Identity fingerprints of Colin27 (1 mm, 5 mm noisy, skull-stripped, 0.5 mm) on the
+    MNI grid by their headers (Colin27 is in MNI space): no registration run."""
     import nibabel as nib
 
     if real_scan("colin27") is None:
         pytest.skip(f"the real scans are not installed: {HOW_TO_GET}")
     template = load_template("mni152")
-    folder = tmp_path_factory.mktemp("real")
-    images = {}
-    for name in ("colin27", "colin27_brain", "colin27_05mm", "macaque"):
-        img = nib.as_closest_canonical(nib.load(str(real_scan(name))))
-        images[name] = (np.asarray(img.dataobj, dtype=np.float32), img.affine)
-    data, affine = images["colin27"]
-    images["colin27_5mm_noisy"] = (thick_noisy(data, np.random.default_rng(0)), affine)
-    monkey, affine = images.pop("macaque")
+    folder = tmp_path_factory.mktemp("colin")
+    prints = {}
+    for name in ("colin27", "colin27_brain", "colin27_05mm", "colin27_5mm_noisy"):
+        img = nib.as_closest_canonical(nib.load(str(real_scan(name.replace("_5mm_noisy", "")))))
+        data = np.asarray(img.dataobj, dtype=np.float32)
+        if name.endswith("noisy"):
+            data = thick_noisy(data, np.random.default_rng(0))
+        np.save(folder / f"{name}.npy", on_template_grid(data, img.affine, template))
+        prints[name] = scan_tensor_file(folder / f"{name}.npy", "image").fingerprint
+    return prints
+
+
+@pytest.fixture(scope="module")
+def real_prints(colin_prints, tmp_path_factory) -> dict[str, np.ndarray]:
+    """Identity fingerprints of Colin27 (1 mm, 5 mm noisy, skull-stripped, 0.5 mm:
+    :func:`colin_prints`) and of the macaque (x2.3) on the MNI grid."""
+    import nibabel as nib
+
+    template = load_template("mni152")
+    img = nib.as_closest_canonical(nib.load(str(real_scan("macaque"))))
+    monkey, affine = np.asarray(img.dataobj, dtype=np.float32), img.affine
     scaled = affine.copy()
     scaled[:3] *= 2.3
     centre = scaled[:3, :3] @ (np.array(monkey.shape) / 2) + scaled[:3, 3]
     scaled[:3, 3] -= centre - template.affine[:3, :3] @ (np.array(template.shape) / 2) \
         - template.affine[:3, 3]
-    images["macaque_x2.3"] = (monkey, scaled)
-    prints = {}
-    for name, (data, affine) in images.items():
-        path = folder / f"{name}.npy"
-        np.save(path, on_template_grid(data, affine, template))
-        prints[name] = scan_tensor_file(path, "image").fingerprint
-    return prints
+    path = tmp_path_factory.mktemp("real") / "macaque_x2.3.npy"
+    np.save(path, on_template_grid(monkey, scaled, template))
+    return {**colin_prints, "macaque_x2.3": scan_tensor_file(path, "image").fingerprint}
 
 
 @pytest.mark.slow
@@ -207,3 +216,182 @@ def test_identity_arguments_are_validated():
         find_identity_matches(prints, 1.5)
     with pytest.raises(ValueError, match="unknown identity search method 'fast'"):
         find_identity_matches(prints, method="fast")
+
+
+# -- issue 30: scores against the fixed reference population, whoever else is cached ------
+
+MNI_SHAPE = (197, 233, 189)
+
+
+def person_on_template(seed: int, template, moved: bool = False) -> np.ndarray:
+    """Synthetic person ``seed`` on the template grid by its known rigid truth (what a
+    perfect registration gives), z-scored in the head; ``moved``: as a rescan whose
+    registration erred by 1 degree and 0.5 mm (the largest errors t1w_mni_rigid makes on
+    the calibration set, docs/benchmarks.md), with noise."""
+    from mriprep.demo.calibration import person
+
+    anatomy = person(seed)
+    error = np.eye(4)
+    if moved:
+        angle = np.deg2rad(1.0)
+        error[:2, :2] = [[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]]
+        error[:3, 3] = [0.4, -0.3, 0.2]
+    voxels = np.linalg.inv(anatomy.affine) @ anatomy.template_to_anatomy @ error @ template.affine
+    out = ndimage.affine_transform(anatomy.image, voxels[:3, :3], voxels[:3, 3],
+                                   output_shape=template.shape, order=1)
+    if moved:
+        out = out + 0.02 * np.random.default_rng(seed).standard_normal(out.shape)
+    head = out > 0.1 * np.percentile(out, 99)
+    return ((out - out[head].mean()) / out[head].std()).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def other_person(tmp_path_factory) -> dict[str, np.ndarray]:
+    """Fingerprints of one synthetic person (seed apart from every other set) and of
+    its moved, noisier copy, on the MNI grid."""
+    template = load_template("mni152")
+    folder = tmp_path_factory.mktemp("person")
+    prints = {}
+    for name, moved in (("person", False), ("person_moved", True)):
+        np.save(folder / f"{name}.npy", person_on_template(95_001, template, moved))
+        prints[name] = scan_tensor_file(folder / f"{name}.npy", "image").fingerprint
+    return prints
+
+
+def entry(name: str, split: str, *, registered: bool = True, shape=MNI_SHAPE,
+          affine=None, pipeline: str = "t1w_mni_rigid"):
+    """An index entry as `mriprep check` reads it (no tensors: check_index needs none)."""
+    import hashlib
+
+    from mriprep.cache import IndexEntry
+
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    affine = load_template("mni152").affine if affine is None else affine
+    doc = {"subject_id": name.replace("_", "-"), "session_id": "", "split": split,
+           "pipeline_name": pipeline, "pipeline_hash": hashlib.sha256(pipeline.encode()).hexdigest(),
+           "affine": np.asarray(affine).tolist(), "shape": list(shape),
+           "spacing": [float(s) for s in np.linalg.norm(np.asarray(affine)[:3, :3], axis=0)],
+           "inputs": {"image": {"path": f"/data/{name}.nii.gz", "sha256": digest}},
+           "files": {kind: {"file": f"{kind}.npy", "dtype": dtype, "shape": list(shape),
+                            "bytes": 1, "xxh3_128": digest[:32]}
+                     for kind, dtype in (("image", "float32"), ("valid", "bool"))},
+           "extra_files": ({"transform.tfm": {"file": "transform.tfm", "bytes": 1,
+                                              "xxh3_128": digest[32:]}} if registered else {})}
+    return IndexEntry.from_json(digest, doc)
+
+
+def identity_findings(splits: dict[str, str], prints: dict[str, np.ndarray], **kw):
+    """(pairs named per code, other identity findings, search info) of check_index on
+    entries ``name -> split`` with those fingerprints."""
+    from mriprep.check.index import check_index
+
+    index = {}
+    for name, split in splits.items():
+        e = entry(name, split, **kw)
+        index[e.key] = e
+    names = {e.key: e.subject_id for e in index.values()}
+    keys = {e.subject_id: e.key for e in index.values()}
+    info: dict = {}
+    found = check_index(index, {keys[n.replace("_", "-")]: prints[n] for n in splits},
+                        search_info=info)
+    pairs: dict[str, set] = {}
+    rest = []
+    for f in found:
+        if f.code in IDENTITY_CODES:
+            pairs.setdefault(f.code, set()).add(frozenset(names[k] for k in f.keys))
+        elif f.code.startswith("identity"):
+            rest.append(f)
+    return pairs, rest, info
+
+
+def cross_pairs(splits: dict[str, str], who: str) -> set:
+    ids = [n for n in splits if n.startswith(who)]
+    return {frozenset((a.replace("_", "-"), b.replace("_", "-")))
+            for a in ids for b in ids if a < b and splits[a] != splits[b]}
+
+
+def test_one_person_dominating_a_small_cohort_is_named_across_splits(colin_prints, other_person):
+    """Issue 30: Colin27 in train, its 0.5 mm copy in val, its skull-stripped copy in
+    test, in a cache of 6 that Colin27 dominates: centred on the cohort, Colin27 was the
+    average and nothing was named across splits."""
+    splits = {"colin27": "train", "colin27_5mm_noisy": "train", "colin27_05mm": "val",
+              "colin27_brain": "test", "person": "train", "person_moved": "train"}
+    pairs, _, info = identity_findings(splits, {**colin_prints, **other_person})
+    assert info["centre"] == "reference"
+    assert pairs["identity-leak"] == cross_pairs(splits, "colin27")  # all 5, as errors
+    assert pairs["near-duplicate"] == {frozenset(("colin27", "colin27-5mm-noisy")),
+                                       frozenset(("person", "person-moved"))}
+    assert "possible-identity-leak" not in pairs  # and Colin27 is nobody else
+
+
+def test_two_people_pair_colin27_with_its_05mm_copy(colin_prints, other_person):
+    """Issue 30: in 5 scans of two people, Colin27 1 mm (train) and its 0.5 mm copy (val)
+    were not paired; the thick-slice rescan and the other person's moved copy were."""
+    splits = {"colin27": "train", "colin27_05mm": "val", "colin27_5mm_noisy": "test",
+              "person": "train", "person_moved": "val"}
+    pairs, _, _ = identity_findings(splits, {**colin_prints, **other_person})
+    assert frozenset(("colin27", "colin27-05mm")) in pairs["identity-leak"]
+    assert pairs["identity-leak"] == cross_pairs(splits, "colin27") | {
+        frozenset(("person", "person-moved"))}
+    assert set(pairs) == {"identity-leak"}
+
+
+def test_a_pairs_score_does_not_depend_on_the_cohort(colin_prints, other_person):
+    prints = {**colin_prints, **other_person}
+
+    def score(names, a="colin27", b="colin27_05mm"):
+        [(i, j, corr)] = [p for p in find_identity_matches(np.stack([prints[n] for n in names]),
+                                                          0.5)
+                          if {names[p[0]], names[p[1]]} == {a, b}]
+        return corr
+
+    alone = score(["colin27", "colin27_05mm"])
+    crowded = score(["colin27", "colin27_05mm", "colin27_brain", "colin27_5mm_noisy",
+                     "person", "person_moved"] + ["colin27_brain"] * 10)
+    assert alone == pytest.approx(crowded, abs=1e-6) and alone >= IDENTITY_ERROR
+
+
+def test_a_cache_of_one_person_is_too_uniform_to_judge(colin_prints):
+    splits = {"colin27": "train", "colin27_05mm": "val", "colin27_brain": "test",
+              "colin27_5mm_noisy": "test"}
+    pairs, [uniform], _ = identity_findings(splits, colin_prints)
+    assert uniform.code == "identity-too-uniform" and uniform.severity == "warning"
+    assert "one person is under most of their ids" in uniform.message
+    assert pairs["identity-leak"] == cross_pairs(splits, "colin27")  # still named
+
+
+def random_prints(names, seed=0) -> dict[str, np.ndarray]:
+    from mriprep.check.tensors import FINGERPRINT_BLOCKS
+    from mriprep.splits.identity import core_mask
+
+    d = int(core_mask((FINGERPRINT_BLOCKS,) * 3).sum())
+    rng = np.random.default_rng(seed)
+    return {n: rng.standard_normal(d).astype(np.float32) for n in names}
+
+
+def test_a_small_cache_off_the_reference_grid_is_too_few_to_judge():
+    """On a grid the reference was not made on, only the cohort's own mean is an average
+    person, and 2 entries are not enough for one."""
+    affine = np.diag([4.0, 4.0, 4.0, 1.0])
+    splits = {"sub_a": "train", "sub_b": "val"}
+    pairs, rest, info = identity_findings(splits, random_prints(splits), shape=(50, 59, 48),
+                                          affine=affine, pipeline="t1w-4mm", registered=False)
+    assert not pairs and not rest
+    few = [n for n in info["notes"] if "too few to judge identity" in n]
+    assert len(few) == 1 and "2 entries" in few[0] and "t1w_mni_rigid" in few[0]
+    assert info["method"] == "skipped"
+
+
+def test_an_unregistered_pipeline_finds_only_identical_acquisitions():
+    names = [f"sub_{i}" for i in range(10)]
+    prints = random_prints(names)
+    prints["sub_9"] = prints["sub_0"] + 0.1 * np.random.default_rng(1).standard_normal(
+        prints["sub_0"].shape).astype(np.float32)  # the same acquisition, noise added
+    conformed = np.array([[-1.0, 0, 0, 128], [0, 0, 1, -128], [0, -1, 0, 128], [0, 0, 0, 1]])
+    pairs, rest, info = identity_findings(
+        {n: "train" if i < 5 else "val" for i, n in enumerate(names)}, prints,
+        registered=False, shape=(256, 256, 256), affine=conformed, pipeline="conform_1mm")
+    assert pairs == {"identity-leak": {frozenset(("sub-0", "sub-9"))}} and not rest
+    assert info["centre"] == "cohort"
+    [note] = info["notes"]
+    assert "conform_1mm" in note and "only identical acquisitions" in note

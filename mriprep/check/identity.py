@@ -1,0 +1,180 @@
+"""`mriprep check`'s identity search: one person's anatomy under two subject ids.
+
+For every group of entries of one pipeline and grid, the identity descriptors (made by
+the check's tensor pass, :mod:`mriprep.check.tensors`) are compared pairwise by
+:func:`~mriprep.splits.find_identity_matches`:
+
+* on the reference grid (``t1w_mni_rigid``'s MNI152 1 mm, :mod:`mriprep.splits.reference`)
+  as deviations from the shipped reference population, so that a pair's score does not
+  depend on who else is in the cache: from 2 entries on, whatever the cache holds;
+* on any other grid as deviations from the group's own mean (nothing else describes an
+  average person there), from :data:`COHORT_CENTRED_MIN` entries on; a smaller group is
+  said to be too few to judge in the search's summary (``notes``). Without registration (no ``transform.tfm``, e.g.
+  ``conform_1mm``) two scans of one person are not on one grid, and only identical
+  acquisitions are found: the search's summary says so.
+
+A group whose deviations are mostly shared (:data:`~mriprep.splits.identity.
+UNIFORM_DEVIATION`) is an ``identity-too-uniform`` warning: the pairs it names may be one
+person or one scanner. Pairs are findings (:func:`identity_finding`): ``identity-leak``
+(error) in two splits, ``possible-identity-leak`` (warning) below the error threshold,
+``near-duplicate`` (warning) in one split.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from mriprep.cache import IndexEntry
+from mriprep.core.findings import Finding, Severity, named
+from mriprep.splits.identity import (
+    COHORT_CENTRED_MIN,
+    IDENTITY_ERROR,
+    UNIFORM_DEVIATION,
+    find_identity_matches,
+    shared_deviation,
+)
+from mriprep.splits.reference import load_reference
+
+# What the register stage writes into a registered entry (mriprep.stages.register's
+# TRANSFORM_FILE; not imported: that module loads SimpleITK, which the check never needs).
+REGISTERED_MARK = "transform.tfm"
+UNREGISTERED_NOTE = ("{n} entr{ies} of pipeline {pipeline} are not registered: two scans of "
+                     "one person are not on one grid there, so only identical acquisitions "
+                     "(copies, re-encodings, added noise) are found, not rescans; use "
+                     "t1w_mni_rigid to find one person under two ids")
+
+
+def check_identity(
+    index: dict[str, IndexEntry],
+    fingerprints: dict[str, np.ndarray],
+    threshold: float,
+    method: str,
+    exact_groups: list[set[str]],
+    info: dict[str, Any],
+) -> list[Finding]:
+    """Findings for one person's anatomy under two subject ids, except pairs already
+    reported as identical (``exact_groups``), and for groups too small or too uniform
+    to judge. ``info`` is filled with how the search ran (``notes`` among it)."""
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for key in sorted(k for k, f in fingerprints.items() if k in index and f is not None):
+        entry = index[key]
+        groups[(entry.pipeline_hash, entry.shape or (), len(fingerprints[key]))].append(key)
+    reference = load_reference()
+    findings: list[Finding] = []
+    notes: list[str] = []
+    pairs: list[tuple[str, str, float]] = []
+    searched = 0
+    start = time.perf_counter()
+    for keys in groups.values():
+        entries = [index[k] for k in keys]
+        on_reference = reference.fits(entries[0].shape or (), entries[0].affine) and all(
+            reference.fits(e.shape or (), e.affine) for e in entries)
+        unregistered = [e for e in entries if REGISTERED_MARK not in e.extra_files]
+        if unregistered:
+            notes.append(UNREGISTERED_NOTE.format(
+                n=len(unregistered), ies="y" if len(unregistered) == 1 else "ies",
+                pipeline=unregistered[0].pipeline_name or unregistered[0].pipeline_hash[:12]))
+        if len(keys) < 2:  # nothing to compare, and nothing that could leak
+            continue
+        if not on_reference and len(keys) < COHORT_CENTRED_MIN:
+            # a note, not a warning: two entries hold no leak worth failing --strict for
+            notes.append(_too_few(entries).message)
+            continue
+        matrix = np.stack([fingerprints[k] for k in keys])
+        centre = reference if on_reference else "cohort"
+        group_info: dict[str, Any] = {}
+        for i, j, corr in find_identity_matches(matrix, threshold, centre=centre,
+                                                method=method, info=group_info):
+            pairs.append((keys[i], keys[j], corr))
+        searched += 1
+        if group_info.get("entries", 0) >= info.get("entries", 0):
+            info.update(group_info, centre="reference" if on_reference else "cohort")
+        subjects = np.array([e.subject_id for e in entries])
+        distinct = subjects[:, None] != subjects[None, :]
+        if on_reference and distinct.any():
+            shared = shared_deviation(matrix, distinct, centre)
+            if shared >= UNIFORM_DEVIATION:
+                findings.append(_too_uniform(entries, shared))
+    if not searched:
+        info.update(method="skipped", entries=sum(len(k) for k in groups.values()),
+                    reason=f"no group of 2 entries on the reference grid or of "
+                           f"{COHORT_CENTRED_MIN} on another grid")
+    info["groups"] = searched
+    info["seconds"] = round(time.perf_counter() - start, 4)
+    if notes:
+        info["notes"] = notes
+    # Two ids already reported as holding identical content (any of their sessions) are
+    # one finding already: a rescan of a copied subject repeats nothing new.
+    reported = [{index[k].subject_id for k in g if k in index} for g in exact_groups]
+    for a, b, corr in pairs:
+        ea, eb = index[a], index[b]
+        if ea.subject_id == eb.subject_id or any(
+            {ea.subject_id, eb.subject_id} <= g for g in reported
+        ):
+            continue
+        findings.append(identity_finding(ea, eb, corr, threshold))
+    return findings
+
+
+def _grid(entry: IndexEntry) -> str:
+    return f"pipeline {entry.pipeline_name or entry.pipeline_hash[:12]}, shape " \
+           f"{list(entry.shape or ())}"
+
+
+def _too_few(entries: list[IndexEntry]) -> Finding:
+    return Finding(
+        Severity.WARNING, "identity-too-few",
+        f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({_grid(entries[0])}: "
+        f"{named([e.finding_name for e in entries])}) are too few to judge identity: their "
+        "grid is not the reference population's (t1w_mni_rigid's MNI152 1 mm), so they "
+        f"can only be compared with their own average, which needs {COHORT_CENTRED_MIN} "
+        "entries; one person under two ids is not looked for here. Preprocess with "
+        "t1w_mni_rigid, or check the cohort as a whole",
+        tuple(e.key for e in entries), tuple(sorted({e.subject_id for e in entries})))
+
+
+def _too_uniform(entries: list[IndexEntry], shared: float) -> Finding:
+    return Finding(
+        Severity.WARNING, "identity-too-uniform",
+        f"{len(entries)} entries ({_grid(entries[0])}) deviate from the reference "
+        f"population alike (mean identity correlation of different ids {shared:.2f} >= "
+        f"{UNIFORM_DEVIATION}): either one person is under most of their ids, or the "
+        "images differ from the reference people all the same way (another contrast, "
+        "scanner or population), and then different people correlate too. Identity "
+        "findings here may name different people: compare the named scans",
+        tuple(e.key for e in entries), tuple(sorted({e.subject_id for e in entries})))
+
+
+def identity_finding(ea: IndexEntry, eb: IndexEntry, corr: float, threshold: float) -> Finding:
+    """One person under two ids: in two splits an ``identity-leak`` error from
+    ``max(threshold, IDENTITY_ERROR)`` and a ``possible-identity-leak`` warning below;
+    in one split (or without splits) a ``near-duplicate`` warning, which inflates no
+    score but still counts one person twice."""
+    sure = max(threshold, IDENTITY_ERROR)
+    names = (f"{ea.finding_name} ({ea.split or 'no split'}) and "
+             f"{eb.finding_name} ({eb.split or 'no split'})")
+    keys, subjects = (ea.key, eb.key), (ea.subject_id, eb.subject_id)
+    if ea.split and eb.split and ea.split != eb.split:
+        if corr >= sure:
+            return Finding(
+                Severity.ERROR, "identity-leak",
+                f"{names} show the same person's anatomy (identity correlation {corr:.3f} "
+                f">= {sure}): one person in two splits makes the {ea.split}/{eb.split} "
+                "score optimistic. Give the two ids one subject id in the manifest and "
+                "reassign splits by subject (`mriprep splits --assign`), then rerun "
+                "`mriprep run`", keys, subjects)
+        return Finding(
+            Severity.WARNING, "possible-identity-leak",
+            f"{names} may show the same person (identity correlation {corr:.3f}, from "
+            f"{threshold}; {sure} is certain): compare the two scans, and if they are "
+            "one person give them one subject id and reassign splits by subject "
+            "(`mriprep splits --assign`)", keys, subjects)
+    return Finding(
+        Severity.WARNING, "near-duplicate",
+        f"{names} look like the same person (identity correlation {corr:.3f} >= "
+        f"{threshold}); if they are one person under two ids, merge the ids in the "
+        "manifest", keys, subjects)
