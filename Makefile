@@ -14,14 +14,17 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm,fastsurfer]"
 	touch $(STAMP)
 
+# Every core runs tests (pytest-xdist); a group (the Slurm module) stays on one worker.
+XDIST := -n auto --dist loadgroup
+
 test: $(STAMP)
-	$(PY) -m pytest -q -ra --durations=15
+	$(PY) -m pytest -q -ra --durations=15 $(XDIST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -ra -m "not slow"
+	$(PY) -m pytest -q -ra -m "not slow" $(XDIST)
 
 demo: $(STAMP)
 	$(VENV)/bin/mriprep demo $(DEMO_DIR) --run --check

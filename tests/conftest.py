@@ -1,4 +1,8 @@
-"""Shared fixtures: the demo cohort (synthetic people made from nilearn's MNI152, offline)."""
+"""Shared fixtures: the demo cohort (synthetic people made from nilearn's MNI152, offline).
+
+``make test`` runs the suite on every core (pytest-xdist); the expensive session
+fixtures are built once per run, not once per worker (:mod:`tests.built_once`).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.built_once import built_once
 
 if TYPE_CHECKING:
     from mriprep.run.cohort import RunResult
@@ -24,7 +30,8 @@ def demo_cohort(tmp_path_factory):
     registration must refuse (see :mod:`mriprep.demo.cohort`)."""
     from mriprep.demo import build_demo_cohort
 
-    return build_demo_cohort(tmp_path_factory.mktemp("demo_cohort"), seed=0)
+    return built_once(tmp_path_factory, "demo_cohort",
+                      lambda folder: build_demo_cohort(folder, seed=0))
 
 
 @dataclass(frozen=True)
@@ -47,13 +54,16 @@ def demo_cache(demo_cohort, tmp_path_factory) -> DemoCache:
     from mriprep.pipelines import load_pipeline
     from mriprep.run.cohort import run_cohort, cohort_rows
 
-    root = tmp_path_factory.mktemp("demo_cache") / "cache"
-    run = run_cohort(
-        cohort_rows(demo_cohort.manifest),
-        root,
-        load_pipeline("t1w_mni_rigid"),
-        scheduler="processes",
-        workers=2,
-        manifest=demo_cohort.manifest,
-    )
-    return DemoCache(path=root, run=run)
+    def build(folder: Path) -> DemoCache:
+        root = folder / "cache"
+        run = run_cohort(
+            cohort_rows(demo_cohort.manifest),
+            root,
+            load_pipeline("t1w_mni_rigid"),
+            scheduler="processes",
+            workers=2,
+            manifest=demo_cohort.manifest,
+        )
+        return DemoCache(path=root, run=run)
+
+    return built_once(tmp_path_factory, "demo_cache", build)

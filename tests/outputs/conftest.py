@@ -12,6 +12,7 @@ import pytest
 
 from mriprep.cache import Cache, entry_key
 from mriprep.core.hashing import sha256_file
+from tests.built_once import built_once
 
 PIPELINE_HASH = "f" * 64
 
@@ -117,9 +118,12 @@ def conform_cache(demo_cohort, tmp_path_factory) -> Cache:
     from mriprep.pipelines import load_pipeline
     from mriprep.run.cohort import cohort_rows, run_cohort
 
-    rows = [r for r in cohort_rows(demo_cohort.manifest)
-            if r.subject_id in ("sub-01", "sub-06") and not r.session_id]
-    root = tmp_path_factory.mktemp("conform_cache") / "cache"
-    run = run_cohort(rows, root, load_pipeline("conform_1mm"), scheduler="sync", report=False)
-    assert run.count("cached") == 2, run.failed
-    return Cache(root)
+    def build(folder: Path) -> Path:
+        rows = [r for r in cohort_rows(demo_cohort.manifest)
+                if r.subject_id in ("sub-01", "sub-06") and not r.session_id]
+        run = run_cohort(rows, folder / "cache", load_pipeline("conform_1mm"),
+                         scheduler="sync", report=False)
+        assert run.count("cached") == 2, run.failed
+        return folder / "cache"
+
+    return Cache(built_once(tmp_path_factory, "conform_cache", build))

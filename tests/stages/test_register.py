@@ -284,12 +284,13 @@ def test_ants_backend_lands_on_the_truth_reports_its_run_and_repeats_bit_for_bit
 @pytest.mark.slow
 def test_the_ants_backend_lands_on_the_truth_on_the_demo_grids(demo_cohort, brain_points):
     """The sitk backend is scored on every demo scan by the demo run's referee
-    (tests/test_demo_verify.py); the ants backend here on the grids that differ most:
-    thick coronal, oblique 5 mm axial, 5 mm coronal stored backwards, sagittal."""
+    (tests/test_demo_verify.py); the ants backend here on the two thick grids that differ
+    most from the 1 mm scan above: oblique 5 mm axial, and 5 mm coronal stored backwards.
+    (Each ANTs run costs about 10 s; ``make bench`` registration compares the backends.)"""
     from mriprep.inputs.readers import load_volume
 
     errors = {}
-    for name in ("sub-04", "sub-06", "sub-08", "sub-12"):
+    for name in ("sub-06", "sub-08"):
         truth = demo_cohort.subjects[name]
         volume = load_volume(demo_cohort.image_path(name), subject_id=name)
         for stage in ("reorient", "sanitize", "mask_slices"):

@@ -1,7 +1,10 @@
 """Rigid registration to a template: the library code behind the register stage.
 
-The stage (:mod:`mriprep.stages.register`) holds the parameters, the result record and
-the order of the steps; the work is done here, one topic per module:
+The stage (:mod:`mriprep.stages.register`) holds the order of the steps; the work is
+done here, one topic per module:
+
+* :mod:`~mriprep.stages.registration.params`: the stage's parameters and its result record
+  (here rather than in the stage, so that the backends that read them import no stage);
 
 * :mod:`~mriprep.stages.registration.geometry`: RAS+ (nibabel) <-> LPS (ITK, ANTs) matrices,
   transforms and images, and the target registration error;

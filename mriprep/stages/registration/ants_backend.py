@@ -25,7 +25,7 @@ from mriprep.stages.registration.geometry import ants_image, matrix_from_ants, r
 from mriprep.stages.registration.pyramid import Level
 
 if TYPE_CHECKING:
-    from mriprep.stages.register import RegisterParams
+    from mriprep.stages.registration.params import RegisterParams
 
 ITK_THREADS_VARIABLE = "ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS"
 # The ITK thread count ANTsPy was loaded with, once known (None: ITK's default, all cores).

@@ -23,7 +23,7 @@ from mriprep.stages.registration.geometry import matrix_from_sitk, ras_to_lps, s
 from mriprep.stages.registration.pyramid import Level
 
 if TYPE_CHECKING:
-    from mriprep.stages.register import RegisterParams
+    from mriprep.stages.registration.params import RegisterParams
 
 
 def register_sitk(

@@ -1,0 +1,40 @@
+"""Session fixtures built once per test run, however many xdist workers run the tests.
+
+``make test`` runs the suite on every core with pytest-xdist, and each worker is a
+process with its own session: without this, every worker would preprocess the demo
+cohort again.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from filelock import FileLock
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Any:
+    """``build(folder)``, run once per test run whatever the number of xdist workers.
+
+    The first worker to ask builds in ``<run's temp>/<name>/`` and pickles the returned
+    value beside it; the others wait on the lock and unpickle it. A build that raises
+    leaves nothing, so each worker that asks raises too (the same error, reported per
+    test). Tests only read what a shared fixture built (a test that changes a cache
+    changes a clone, ``tests/cache_clone.py``).
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder all workers of this run share
+    record = base / f"{name}.pickle"
+    with FileLock(str(base / f"{name}.lock")):
+        if record.exists():
+            return pickle.loads(record.read_bytes())
+        folder = base / name
+        shutil.rmtree(folder, ignore_errors=True)  # what a build that raised left
+        folder.mkdir()
+        value = build(folder)
+        record.write_bytes(pickle.dumps(value))
+        return value
