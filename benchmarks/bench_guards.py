@@ -5,9 +5,11 @@ A small 3D network (three 3x3x3 convolution blocks with in-place ReLUs, 16 chann
 ``[2, 1, 48, 48, 48]`` batches with DiceLoss + CrossEntropyLoss, on the CPU with
 torch's default threads. Four variants alternate, step by step, so that the machine's
 noise falls on all of them alike: a bare step; with NaNGuard at the input; under
-NonFiniteLocator; under ``torch.autograd.detect_anomaly`` (the stock way to find a
-NaN's first module). Median seconds per step over the rounds, and each variant's ratio
-to the bare step. Nothing is asserted.
+NonFiniteLocator watching activations and their gradients only (``parameters=False``);
+under NonFiniteLocator as it comes, which also checks every parameter gradient after
+backward; under ``torch.autograd.detect_anomaly`` (the stock way to find a NaN's first
+module). Median seconds per step over the rounds, each variant's ratio to the bare step
+and its share of detect_anomaly's overhead. Nothing is asserted.
 
 Run: ``python benchmarks/bench_guards.py [--steps 12]``.
 """
@@ -30,6 +32,7 @@ def main(argv=None) -> int:
     from torch import nn
 
     from mriprep.training import CrossEntropyLoss, DiceLoss, NaNGuard, NonFiniteLocator
+    from mriprep.training.guards import non_finite_gradients
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=12)
@@ -48,6 +51,7 @@ def main(argv=None) -> int:
     image = torch.randn(2, 1, 48, 48, 48)
     label = torch.randint(0, 4, (2, 48, 48, 48))
     locator = NonFiniteLocator(net)
+    activations_only = NonFiniteLocator(net, parameters=False)
 
     def step(model, context):
         with context:
@@ -60,6 +64,7 @@ def main(argv=None) -> int:
     variants = {
         "bare": lambda: step(net, contextlib.nullcontext()),
         "NaNGuard": lambda: step(guarded, contextlib.nullcontext()),
+        "Locator, no params": lambda: step(net, activations_only(step=0)),
         "NonFiniteLocator": lambda: step(net, locator(step=0)),
         "detect_anomaly": lambda: step(net, torch.autograd.detect_anomaly(check_nan=True)),
     }
@@ -74,12 +79,29 @@ def main(argv=None) -> int:
                 run()
                 times[name].append(time.perf_counter() - start)
     bare = statistics.median(times["bare"])
-    print(f"training step, [2, 1, 48, 48, 48], {torch.get_num_threads()} thread(s), median "
-          f"of {args.steps} alternating steps:")
+    anomaly = statistics.median(times["detect_anomaly"]) - bare
+    print(f"training step, [2, 1, 48, 48, 48], {torch.get_num_threads()} thread(s), "
+          f"{sum(p.numel() for p in net.parameters())} parameters in "
+          f"{len(list(net.parameters()))} tensors, median of {args.steps} alternating steps:")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"  {name:<18} {median * 1000:8.1f} ms  {median / bare:5.2f}x the bare step "
-              f"({(median - bare) * 1000:+.1f} ms)")
+        share = ((median - bare) / anomaly if anomaly > 0 else float("nan"))
+        print(f"  {name:<20} {median * 1000:8.1f} ms  {median / bare:5.2f}x the bare step "
+              f"({(median - bare) * 1000:+.1f} ms, {share:6.1%} of detect_anomaly's "
+              "overhead)")
+    with_params = statistics.median(times["NonFiniteLocator"])
+    without = statistics.median(times["Locator, no params"])
+    print(f"  parameter-gradient check: {(with_params - without) * 1000:+.2f} ms per step "
+          f"({with_params / without:.3f}x the locator without it; within the noise)")
+    step(net, contextlib.nullcontext())  # leave gradients in place, then time the check alone
+    for p in net.parameters():
+        p.grad = torch.randn_like(p)
+    start = time.perf_counter()
+    for _ in range(200):
+        non_finite_gradients(net)
+    alone = (time.perf_counter() - start) / 200
+    print(f"  the parameter-gradient check alone (one fused reduction, one read): "
+          f"{alone * 1e3:.3f} ms, {alone / bare:.4%} of the bare step")
     return 0
 
 

@@ -33,7 +33,8 @@ def _bench(name: str):
 
 
 SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
-            "loader", "storage", "guards", "training", "check", "identity", "scale")
+            "loader", "storage", "guards", "augment", "training", "check", "identity", "scale",
+            "fastsurfer")
 
 
 def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
@@ -51,10 +52,13 @@ def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
         "loader": lambda: _bench("bench_loader").main([]),
         "storage": lambda: _bench("bench_storage").main(["--cohort", str(cohort)]),
         "guards": lambda: _bench("bench_guards").main([]),
+        "augment": lambda: _bench("bench_augment").main([]),
         "training": lambda: _training_section(work),
         "check": lambda: _check_section(work),
         "identity": lambda: _bench("bench_identity").main(["--work-dir", str(work / "identity")]),
         "scale": lambda: _bench("bench_scale").main(["--work-dir", str(work / "scale")]),
+        "fastsurfer": lambda: _bench("bench_fastsurfer").main(
+            ["--work-dir", str(work / "fastsurfer")]),
     }
 
 

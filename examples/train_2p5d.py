@@ -17,11 +17,17 @@ as channels (7 channels by default), its label slice and its valid mask. Every g
   expects Inf gradients now and then (it skips those steps and lowers its scale), so
   there the locator watches the forward pass only and the skipped steps are counted;
 * :class:`~mriprep.training.GradientClipper`: ``clip_grad_norm_`` that reports how often
-  it clipped.
+  it clipped;
+* :class:`~mriprep.training.augment.Augment` on each batch, on the training device, after
+  the input guard has seen it (augmentation treats a non-finite voxel as invalid, so
+  the guard must look first): affine and elastic geometry in one interpolation, the
+  valid mask carried, intensity transforms (``--augment``: ``light``, ``off`` or a YAML
+  file of :class:`~mriprep.training.augment.AugmentConfig`).
 
 It prints the training loss per epoch and the validation Dice per label, and exits 0 when
 training finished with finite losses, 3 when something turned non-finite (the message
-names where), 1 when ``--check`` found the cache unsound, 2 for a usage error.
+names where), 4 when the cache has no label maps to train on (the message says how to
+give them), 1 when ``--check`` found the cache unsound, 2 for a usage error.
 
     python examples/train_2p5d.py CACHE [--epochs 5] [--device cuda] [--check]
     python examples/train_2p5d.py CACHE --manifest folds.csv --fold 2   # K-fold: fold 2 validates
@@ -46,6 +52,7 @@ import torch
 from torch import nn
 
 from mriprep.cli import main as mriprep_cli
+from mriprep.training.augment import Augment, AugmentConfig
 from mriprep.training import (
     CrossEntropyLoss,
     DiceLoss,
@@ -59,6 +66,18 @@ from mriprep.training import (
 )
 
 EXIT_NON_FINITE = 3
+# Mild on purpose: a short CPU run must still learn. No flip: the demo's labels are
+# tissue classes, but a real aseg needs lr_swap= (a label table) to flip.
+LIGHT_AUGMENT = dict(affine_prob=0.5, rotation_deg=10.0, scale=(0.95, 1.05), shear=0.02,
+                     translation=2.0, elastic_prob=0.2, elastic_magnitude=(0.0, 2.0),
+                     bias_prob=0.2, bias_strength=0.2, gamma_prob=0.2, gamma=(0.8, 1.25),
+                     contrast_prob=0.2, noise_prob=0.2, noise_std=(0.0, 0.05),
+                     blur_prob=0.1, lowres_prob=0.1, lowres_factor=(1.5, 2.5))
+EXIT_NO_LABELS = 4  # the cache holds images only: nothing to train a segmentation on
+
+
+class NoLabelsError(Exception):
+    """The training split has no label maps; the message says how to give them."""
 
 
 # -- the network -------------------------------------------------------------------------
@@ -201,9 +220,14 @@ class TrainingStep:
         # step and lowers its scale), so there only the forward pass is watched.
         self.locator = NonFiniteLocator(self.model, backward=not self.scaler.is_enabled())
         self.steps = self.skipped_steps = 0
+        self.augment = make_augment(args.augment, args.seed)
 
     def __call__(self, batch: dict) -> float:
         batch = to_device(batch, self.device)
+        if self.augment is not None:
+            self.model.guard.set_batch(batch["subject_id"], self.steps)
+            self.model.guard(batch["image"])  # names a non-finite input before it is masked
+            batch = self.augment(batch)
         target = classes_of(batch, self.table)
         ids, valid = batch["subject_id"], batch["valid"]
         self.model.guard.set_batch(ids, self.steps)
@@ -236,6 +260,13 @@ def train(args: argparse.Namespace) -> dict:
     elif args.manifest is not None:
         common |= dict(manifest=args.manifest)
     train_set = MRIDataset(args.cache, args.train_split, **common)
+    if not train_set.labels:
+        raise NoLabelsError(
+            f"cache {args.cache} has no label maps in split {args.train_split!r} "
+            f"({len(train_set.entries)} entries, images only): a segmentation needs one per "
+            "subject. Give them in a 'label' column of the manifest (a path per row; "
+            "`mriprep manifest from-bids --labels DERIVATIVE` writes it) and rerun "
+            "`mriprep run MANIFEST -o CACHE`")
     val_set = MRIDataset(args.cache, args.val_split, **common)
     values = label_values(train_set)
     step = TrainingStep(args, values)
@@ -248,6 +279,8 @@ def train(args: argparse.Namespace) -> dict:
           f"autocast {step.amp_dtype or 'off'}, {args.workers} loader workers")
     history = {"loss": [], "epochs": [], "classes": values}
     for epoch in range(args.epochs):
+        if step.augment is not None:
+            step.augment.set_epoch(epoch)  # new draws every epoch, replayable by (seed, epoch)
         started, data_seconds, losses = time.perf_counter(), 0.0, []
         waited = time.perf_counter()
         for i, batch in enumerate(loader):
@@ -284,6 +317,19 @@ def validation_batches(val_set: MRIDataset, slices: int, batch_size: int) -> lis
             for i in range(0, len(indices), batch_size)]
 
 
+def make_augment(spec: str, seed: int) -> Augment | None:
+    """``--augment``: ``off``, ``light`` or a YAML file (its seed, else ``--seed``)."""
+    if spec == "off":
+        return None
+    if spec == "light":
+        return Augment(AugmentConfig(seed=seed, **LIGHT_AUGMENT))
+    path = Path(spec)
+    if not path.is_file():
+        raise SystemExit(f"train_2p5d: --augment {spec!r} is neither 'light', 'off' nor a "
+                         "YAML file of AugmentConfig fields")
+    return Augment(AugmentConfig.from_yaml(path))
+
+
 def _gradients_finite(model: nn.Module) -> bool:
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     return bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
@@ -311,7 +357,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="train_2p5d.py",
         description="Train a small 2.5D U-Net on an mriprep cache with every NaN guard in "
         "place (see the module docstring). Exit 0: trained with finite losses; 3: a value "
-        "turned non-finite (named); 1: --check found the cache unsound.")
+        "turned non-finite (named); 4: the cache has no label maps; 1: --check found the "
+        "cache unsound.")
     p.add_argument("cache", type=Path, help="cache folder written by `mriprep run -o`")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--steps-per-epoch", type=int, default=0,
@@ -342,6 +389,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="K-fold: validate on fold N of --manifest's fold column (`mriprep "
                    "splits --folds K`), train on the others")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--augment", default="light",
+                   help="batch augmentation on the device: 'light' (default, mild), 'off', "
+                   "or a YAML file of AugmentConfig fields")
     p.add_argument("--check", action="store_true",
                    help="run `mriprep check CACHE --dtype float16` first, as a job's first "
                    "step should")
@@ -366,6 +416,9 @@ def main(argv=None) -> int:
     except NonFiniteError as error:
         print(f"train_2p5d: stopped: {error}", file=sys.stderr)
         return EXIT_NON_FINITE
+    except NoLabelsError as error:
+        print(f"train_2p5d: not training: {error}", file=sys.stderr)
+        return EXIT_NO_LABELS
     if args.metrics:
         args.metrics.write_text(json.dumps(history, indent=2))
     if not all(math.isfinite(v) for v in history["loss"]):

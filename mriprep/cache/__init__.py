@@ -34,13 +34,22 @@ old one from the index (its folder stays on disk until a clean-up).
 Checksums. Each tensor file's bytes are hashed with XXH3-128 (``xxhash``): not a security
 hash, but it detects flipped bits at memory speed, which is what a pre-training check needs.
 
+Trust. An index may be written by anyone who can write one file of a shared cache: every
+document is checked on reading (:mod:`~mriprep.cache.safety`: the key is a digest, a file
+record a plain file name, the ids obey the manifest's rules) and one that fails is
+refused, named, and followed by nobody.
+
 Modules: :mod:`~mriprep.cache.store` (the folder, :class:`Cache`), :mod:`~mriprep.cache.entry`
-(an entry as the index lists it, :class:`IndexEntry`), :mod:`~mriprep.cache.files` (how a
-file of an entry is written and recorded).
+(an entry as the index lists it, :class:`IndexEntry`), :mod:`~mriprep.cache.index_reader`
+(the index's documents as entries or refusals), :mod:`~mriprep.cache.safety` (what an
+entry must be before it is followed), :mod:`~mriprep.cache.files` (how a file of an entry
+is written and recorded).
 """
 
-from mriprep.cache.entry import FileRecord, IndexEntry, MalformedEntry
+from mriprep.cache.entry import FileRecord, IndexEntry, MalformedEntry, UnsafeEntry
 from mriprep.cache.files import drop_written_pages, file_record, npy_checksum, npy_header
+from mriprep.cache.index_reader import IndexReading, RefusedEntry, read_entries
+from mriprep.cache.safety import is_key
 from mriprep.cache.store import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -56,6 +65,7 @@ from mriprep.cache.store import (
 __all__ = [
     "FORMAT_NAME", "FORMAT_VERSION", "QC_DIR", "QUARANTINE_DIR", "REPORTS_DIR", "REQUIRED_META",
     "TENSOR_NAMES", "Cache",
-    "FileRecord", "IndexEntry", "MalformedEntry", "drop_written_pages", "entry_key",
-    "file_record", "npy_checksum", "npy_header",
+    "FileRecord", "IndexEntry", "IndexReading", "MalformedEntry", "RefusedEntry",
+    "UnsafeEntry", "drop_written_pages", "entry_key", "file_record", "is_key",
+    "npy_checksum", "npy_header", "read_entries",
 ]

@@ -1,7 +1,8 @@
 """An entry as the index lists it: :class:`IndexEntry`, frozen, with typed fields over the
 JSON document the index stores (``to_json`` gives that document back unchanged, so the
-index file never changes by being read), and :class:`MalformedEntry` for a document that
-is not one, naming each missing or malformed field."""
+index file never changes by being read), :class:`MalformedEntry` for a document that is
+not one, naming each missing or malformed field, and :class:`UnsafeEntry` for one that
+would lead a reader outside the cache (:mod:`mriprep.cache.safety`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mriprep.cache.safety import entry_safety_problems
 from mriprep.core.errors import CacheError
 
 
@@ -24,6 +26,25 @@ class MalformedEntry(CacheError, ValueError):
             f"index entry {key} {'; '.join(self.problems)}; rebuild it with "
             "`mriprep run --force` (`mriprep check` lists every such entry)"
         )
+
+
+class UnsafeEntry(MalformedEntry):
+    """An index entry that would lead a reader outside the cache (a key that is no digest,
+    a file record that is no plain file name, an id against the manifest's rules:
+    :mod:`mriprep.cache.safety`). Nothing may follow it; ``mriprep cache repair`` takes it
+    out of the index and quarantines its folder."""
+
+    def __init__(self, key: str, problems: list[str], index_path: Any = None):
+        self.key = key
+        self.problems = list(problems)
+        where = index_path if index_path is not None else "index.json"
+        cache = index_path.parent if index_path is not None else "CACHE"
+        CacheError.__init__(
+            self,
+            f"{where}: index entry {key!r} is unsafe, not followed: "
+            f"{'; '.join(self.problems)}; someone or something other than mriprep wrote "
+            f"it: `mriprep cache repair {cache}` quarantines it (`mriprep check {cache}` "
+            "lists every such entry)")
 
 
 @dataclass(frozen=True)
@@ -46,7 +67,8 @@ class IndexEntry:
     the split, once indexed).
 
     Made by :meth:`from_json` (an ``index.json`` entry) or :meth:`from_meta` (a sidecar),
-    which refuse a document that is not well formed (:class:`MalformedEntry`); only
+    which refuse a document that would lead outside the cache (:class:`UnsafeEntry`) or
+    is not well formed (:class:`MalformedEntry`); only
     ``subject_id``, ``pipeline_hash`` and the ``image`` and ``valid`` tensors' records are
     required. The document itself is kept, open-ended fields included (a stage's
     ``template_to_subject``), so :meth:`to_json` gives back exactly what the index stores.
@@ -59,6 +81,11 @@ class IndexEntry:
     extra_files: Mapping[str, FileRecord] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # Safety first: a malformed entry's message may quote its paths, an unsafe one's
+        # must be known as such before any caller builds a path from it.
+        unsafe = entry_safety_problems(self.key, self._doc)
+        if unsafe:
+            raise UnsafeEntry(self.key, unsafe)
         problems = _entry_problems(self._doc)
         if problems:
             raise MalformedEntry(self.key, problems)

@@ -17,6 +17,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from mriprep.cache.entry import IndexEntry
+from mriprep.cache.index_reader import IndexReading, read_entries
+from mriprep.cache.safety import key_problems
 from mriprep.cache.files import drop_written_pages, file_record
 from mriprep.cache.formats import (
     COMPRESSED_SUFFIX,
@@ -113,6 +115,12 @@ class Cache:
     # -- entries ---------------------------------------------------------------------
 
     def entry_dir(self, key: str) -> Path:
+        """The folder of entry ``key``. Refuses (:class:`CacheError`) a key that is no
+        digest: the last guard between a tampered index and a path outside the cache."""
+        problems = key_problems(key)
+        if problems:
+            raise CacheError(f"{self.index_path}: {problems[0]}; `mriprep cache repair "
+                             f"{self.root}` quarantines entries under such keys")
         return self.entries_dir / key
 
     def has_entry(self, key: str, verify: bool = False) -> bool:
@@ -168,6 +176,14 @@ class Cache:
     def _existing_tensor(self, key: str, name: str) -> Path:
         path = self.tensor_path(key, name)
         if not path.is_file():
+            if name == "label" and _never_had(self, key, name):
+                # Not lost: the manifest row gave no label map, so none was made.
+                raise CacheError(
+                    f"cache entry {key} has no label map: its manifest row gave none (no "
+                    "'label' column, or an empty cell), so it was cached as an image only; "
+                    "add each subject's label map in a 'label' column of the manifest and "
+                    "rerun `mriprep run` on it"
+                )
             raise CacheError(
                 f"cache entry {key} is missing {path.name} ({path}); "
                 "rerun `mriprep run` to rebuild it"
@@ -311,8 +327,8 @@ class Cache:
     def read_index(self) -> dict[str, Any]:
         """Key -> the JSON document of every live entry, as stored (empty for a new cache).
 
-        The documents are not checked (``mriprep check`` reports malformed ones as
-        findings); :meth:`entries` gives them as :class:`IndexEntry`.
+        The documents are not checked: :meth:`read_entries` and :meth:`entries` give them
+        as :class:`IndexEntry`, refusing unsafe and malformed ones.
         """
         if not self.index_path.exists():
             return {}
@@ -325,12 +341,21 @@ class Cache:
             )
         return index["entries"]
 
+    def read_entries(self) -> IndexReading:
+        """The index as usable entries and refused documents (unsafe or malformed), for
+        the commands that report the refused ones and go on without them."""
+        return read_entries(self.read_index(), self.index_path)
+
     def entries(self, split: str | None = None) -> list[IndexEntry]:
         """Live entries, optionally of one split, in a stable order (subject, session).
 
-        Raises :class:`MalformedEntry` for an index entry that is not well formed.
+        Raises :class:`UnsafeEntry` for an index entry that would lead outside the cache
+        and :class:`MalformedEntry` for one that is not well formed: a reader of the
+        whole cache (the Dataset, export) serves none of it then.
         """
-        entries = [IndexEntry.from_json(k, doc) for k, doc in self.read_index().items()]
+        reading = self.read_entries()
+        reading.raise_first()
+        entries = list(reading.entries.values())
         if split is not None:
             entries = [e for e in entries if e.split == split]
         return sorted(entries, key=lambda e: (e.subject_id, e.session_id, e.key))
@@ -390,6 +415,15 @@ def _identity(doc: Any) -> tuple[Any, str] | None:
     if not isinstance(doc, dict) or "subject_id" not in doc:
         return None
     return doc["subject_id"], doc.get("session_id") or ""
+
+
+def _never_had(cache: "Cache", key: str, name: str) -> bool:
+    """True when entry ``key``'s sidecar lists its tensors and ``name`` is not one."""
+    try:
+        files = cache.read_meta(key).get("files")
+    except (CacheError, OSError, ValueError):
+        return False
+    return isinstance(files, dict) and name not in files
 
 
 def _only_cache_layout(root: Path) -> bool:

@@ -15,11 +15,14 @@ Tensor pass (:mod:`mriprep.check.entries`: every file read once, in chunks)
 Label values (:mod:`mriprep.check.labels`)
     ``label-values``, ``labels-unchecked`` (warning).
 Index checks (pure, on the index entries; :mod:`mriprep.check.index`)
-    ``index-unreadable``, ``empty-cache``, ``index-malformed``, ``geometry``,
+    ``index-unreadable``, ``empty-cache``, ``index-entry-unsafe`` (an entry that would
+    lead outside the cache: never followed), ``index-malformed``, ``geometry``,
     ``pipeline-mismatch``, ``split-missing``, ``subject-split-leak``, ``duplicate-input``,
     ``duplicate-tensor``, ``identity-leak``, ``possible-identity-leak`` (warning),
     ``duplicate-session`` (warning), ``near-duplicate`` (warning), ``grid-mismatch``
-    (warning).
+    (warning), ``identity-too-uniform`` (warning: entries that deviate from the
+    reference population alike, too uniform to judge identity;
+    :mod:`mriprep.check.identity`).
 Quality outliers (:mod:`mriprep.check.quality`, from the QC metrics of each entry)
     ``qc-outlier`` (warning), ``qc-missing`` (warning).
 Header conflicts (:mod:`mriprep.check.headers`, from each entry's load record)
@@ -34,13 +37,17 @@ Errors make :attr:`CheckReport.ok` false; warnings are reported but do not fail 
 
 One person's anatomy under two ids is found on identity fingerprints made during the
 tensor pass (:mod:`mriprep.splits.identity`: 32^3 block means of each image, the blocks
-of the brain's core robustly standardised, centred on the cohort and compared by
-correlation; every pair up to :data:`~mriprep.splits.EXACT_SEARCH_MAX` entries, LSH
-above, so that 10,000 entries are not 50 million comparisons). In two splits a match is an
-``identity-leak`` error from :data:`~mriprep.splits.IDENTITY_ERROR`, a
-``possible-identity-leak`` warning below it; in one split a ``near-duplicate`` warning.
-At least 3 entries are needed. Identity is promised on registered pipelines only: without
-registration two scans of one person are not on one grid.
+of the brain's core robustly standardised, centred and scaled on a fixed reference
+population (:mod:`mriprep.splits.reference`) and compared by correlation, so that a
+pair's score does not depend on the rest of the cache; every pair up to
+:data:`~mriprep.splits.EXACT_SEARCH_MAX` entries, LSH above, so that 10,000 entries are
+not 50 million comparisons). In two splits a match is an ``identity-leak`` error from
+:data:`~mriprep.splits.IDENTITY_ERROR`, a ``possible-identity-leak`` warning below it; in
+one split a ``near-duplicate`` warning. Off the reference grid (t1w_mni_rigid's MNI152
+1 mm) fingerprints are centred on their own cohort (:mod:`mriprep.check.identity`).
+Identity is promised on registered pipelines only: without registration two scans of one
+person are not on one grid, and the check's summary says that only identical
+acquisitions are found.
 
 The split-leak checks themselves (unassigned scans, subjects in two splits, identical
 content) live in :mod:`mriprep.splits`, shared with ``mriprep splits``, which runs them on
@@ -214,7 +221,7 @@ def _integrity(cache: Cache, report: CheckReport, cast, workers, progress):
                 f"{cache.root} has no indexed entries; run `mriprep run` first"
             )
         )
-    index, malformed = well_formed_entries(raw_index)
+    index, malformed = well_formed_entries(raw_index, cache.root)
     report.findings += malformed
     for _, entry in sorted(index.items()):
         report.findings += check_geometry(entry)

@@ -3,27 +3,24 @@ records, self-consistent geometry, one pipeline, honest splits, no duplicates, n
 under two ids or in two splits (identity fingerprints, :mod:`mriprep.splits.identity`).
 
 :func:`well_formed_entries` turns the raw ``index.json`` documents into
-:class:`~mriprep.cache.IndexEntry` (or an ``index-malformed`` finding); every other check
-takes those entries."""
+:class:`~mriprep.cache.IndexEntry` (or an ``index-entry-unsafe`` or ``index-malformed``
+finding); every other check takes those entries."""
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from typing import Any, Iterable
 
 import numpy as np
 from nibabel.affines import voxel_sizes
 
-from mriprep.cache import IndexEntry, MalformedEntry
-from mriprep.cache.entry import entry_name
+from mriprep.cache import IndexEntry, MalformedEntry, read_entries
+from mriprep.check.identity import check_identity
 from mriprep.check.report import by_name, subjects_of
 from mriprep.core.findings import Finding, Severity, named
 from mriprep.splits import (
-    IDENTITY_ERROR,
     NEAR_DUPLICATE_THRESHOLD,
     find_identical,
-    find_identity_matches,
     find_subject_leaks,
     find_unassigned,
 )
@@ -31,34 +28,38 @@ from mriprep.splits import (
 
 def well_formed_entries(
     raw_index: dict[str, Any],
+    cache_root: Any = "CACHE",
 ) -> tuple[dict[str, IndexEntry], list[Finding]]:
-    """Split the raw index into the entries every other check can rely on and an
-    ``index-malformed`` error for each of the rest.
+    """Split the raw index into the entries every other check can rely on and an error
+    for each of the rest (:func:`mriprep.cache.read_entries`): ``index-entry-unsafe`` for
+    an entry that would lead outside the cache (never followed: no file of it is read),
+    ``index-malformed`` for one that is not well formed. ``cache_root`` is the cache
+    the messages name in their fix.
 
     Returns
     -------
     index : dict
-        Cache key -> :class:`~mriprep.cache.IndexEntry`, for the well-formed entries.
+        Cache key -> :class:`~mriprep.cache.IndexEntry`, for the usable entries.
     findings : list of Finding
-        One error per malformed entry, naming what it lacks.
+        One error per refused entry, naming it and what is wrong with it.
     """
-    index = {}
+    reading = read_entries(raw_index)
     findings = []
-    for key, doc in raw_index.items():
-        try:
-            index[key] = IndexEntry.from_json(key, doc)
-        except MalformedEntry as exc:
-            ids = doc if isinstance(doc, dict) else {}
-            name = entry_name(ids.get("subject_id", "?"), ids.get("session_id") or "", key)
-            findings.append(
-                Finding(
-                    Severity.ERROR,
-                    "index-malformed",
-                    f"{name}: index entry {'; '.join(exc.problems)}",
-                    (key,),
-                )
-            )
-    return index, findings
+    for refused in reading.refused:
+        if refused.unsafe:
+            findings.append(Finding(
+                Severity.ERROR, "index-entry-unsafe",
+                f"{refused.name}: index entry is unsafe and was not followed: "
+                f"{'; '.join(refused.problems)}. index.json was rewritten by someone or "
+                f"something other than mriprep: `mriprep cache repair {cache_root}` takes "
+                "it out of the index and quarantines it",
+                (refused.key,)))
+        else:
+            findings.append(Finding(
+                Severity.ERROR, "index-malformed",
+                f"{refused.name}: index entry {'; '.join(refused.problems)}",
+                (refused.key,)))
+    return dict(sorted(reading.entries.items())), findings
 
 
 def check_geometry(entry: IndexEntry) -> list[Finding]:
@@ -194,7 +195,7 @@ def check_index(
     )
     findings += _check_grids(index)
     if fingerprints:
-        findings += _check_near_duplicates(
+        findings += check_identity(
             index,
             fingerprints,
             near_duplicate_threshold,
@@ -276,83 +277,3 @@ def _check_grids(index: dict[str, IndexEntry]) -> list[Finding]:
         )
     return findings
 
-
-def _check_near_duplicates(
-    index: dict[str, IndexEntry],
-    fingerprints: dict[str, np.ndarray],
-    threshold: float,
-    method: str,
-    exact_groups: list[set[str]],
-    info: dict[str, Any],
-) -> list[Finding]:
-    """Findings for one person's anatomy under two subject ids, except pairs already
-    reported as identical (``exact_groups``): see :func:`_identity_finding`.
-
-    Fingerprints are compared only within one pipeline and grid: they are centred on their
-    group's mean, and one entry from another pipeline would move that mean so far that
-    every other pair would look alike.
-    """
-    groups: dict[tuple, list[str]] = defaultdict(list)
-    for key in sorted(k for k, f in fingerprints.items() if k in index and f is not None):
-        entry = index[key]
-        groups[(entry.pipeline_hash, entry.shape or (), len(fingerprints[key]))].append(key)
-    searched = [keys for keys in groups.values() if len(keys) >= 3]
-    if not searched:
-        info.update(method="skipped", reason="fewer than 3 fingerprints per pipeline and grid",
-                    entries=sum(len(k) for k in groups.values()))
-        return []
-    start = time.perf_counter()
-    pairs = []
-    for keys in searched:
-        group_info: dict[str, Any] = {}
-        matrix = np.stack([fingerprints[k] for k in keys])
-        for i, j, corr in find_identity_matches(matrix, threshold, method=method,
-                                                info=group_info):
-            pairs.append((keys[i], keys[j], corr))
-        if len(keys) == max(len(k) for k in searched):
-            info.update(group_info)
-    info["groups"] = len(searched)
-    info["seconds"] = round(time.perf_counter() - start, 4)
-    # Two ids already reported as holding identical content (any of their sessions) are
-    # one finding already: a rescan of a copied subject repeats nothing new.
-    reported = [{index[k].subject_id for k in g if k in index} for g in exact_groups]
-    findings = []
-    for a, b, corr in pairs:
-        ea, eb = index[a], index[b]
-        if ea.subject_id == eb.subject_id or any(
-            {ea.subject_id, eb.subject_id} <= g for g in reported
-        ):
-            continue
-        findings.append(_identity_finding(ea, eb, corr, threshold))
-    return findings
-
-
-def _identity_finding(ea: IndexEntry, eb: IndexEntry, corr: float, threshold: float) -> Finding:
-    """One person under two ids: in two splits an ``identity-leak`` error from
-    ``max(threshold, IDENTITY_ERROR)`` and a ``possible-identity-leak`` warning below;
-    in one split (or without splits) a ``near-duplicate`` warning, which inflates no
-    score but still counts one person twice."""
-    sure = max(threshold, IDENTITY_ERROR)
-    names = (f"{ea.finding_name} ({ea.split or 'no split'}) and "
-             f"{eb.finding_name} ({eb.split or 'no split'})")
-    keys, subjects = (ea.key, eb.key), (ea.subject_id, eb.subject_id)
-    if ea.split and eb.split and ea.split != eb.split:
-        if corr >= sure:
-            return Finding(
-                Severity.ERROR, "identity-leak",
-                f"{names} show the same person's anatomy (identity correlation {corr:.3f} "
-                f">= {sure}): one person in two splits makes the {ea.split}/{eb.split} "
-                "score optimistic. Give the two ids one subject id in the manifest and "
-                "reassign splits by subject (`mriprep splits --assign`), then rerun "
-                "`mriprep run`", keys, subjects)
-        return Finding(
-            Severity.WARNING, "possible-identity-leak",
-            f"{names} may show the same person (identity correlation {corr:.3f}, from "
-            f"{threshold}; {sure} is certain): compare the two scans, and if they are "
-            "one person give them one subject id and reassign splits by subject "
-            "(`mriprep splits --assign`)", keys, subjects)
-    return Finding(
-        Severity.WARNING, "near-duplicate",
-        f"{names} look like the same person (identity correlation {corr:.3f} >= "
-        f"{threshold}); if they are one person under two ids, merge the ids in the "
-        "manifest", keys, subjects)

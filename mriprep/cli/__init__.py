@@ -17,7 +17,7 @@ import os
 import sys
 
 from mriprep import __version__
-from mriprep.core.errors import MriprepError
+from mriprep.core.errors import MriprepError, cli_words
 from mriprep.core.exit_codes import ExitCode
 
 
@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     except MriprepError as exc:
         if os.environ.get("MRIPREP_DEBUG"):
             raise
-        print(f"mriprep {args.command}: error: {exc}", file=sys.stderr)
+        # The library names Python parameters; a command names its flags.
+        print(f"mriprep {args.command}: error: {cli_words(exc)}", file=sys.stderr)
         return ExitCode.USAGE
     except BrokenPipeError:
         # `mriprep cache ls | head`: the reader has gone; nothing left to say to it.

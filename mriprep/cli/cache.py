@@ -79,11 +79,11 @@ def run_ls(args: argparse.Namespace) -> int:
         inventory.indexed = [e for e in inventory.indexed if e.entry.split == args.split]
     if args.json:
         print(json.dumps(inventory.to_json(), indent=2))
-        return ExitCode.OK
+        return ExitCode.PROBLEMS if inventory.unsafe else ExitCode.OK
     if inventory.index_problem:
         print(f"index: {inventory.index_problem}\n  `mriprep cache repair {args.cache}` "
               "rebuilds it from the entries' sidecars")
-    for problem in inventory.malformed:
+    for problem in inventory.unsafe + inventory.malformed:
         print(f"index: {problem}")
     rows = [("subject", "session", "split", "pipeline", "storage", "size", "key")]
     for listed in inventory.indexed:
@@ -107,7 +107,8 @@ def run_ls(args: argparse.Namespace) -> int:
                  f"{_size(sum(e.bytes for e in inventory.unindexed))} "
                  f"(`mriprep cache prune {args.cache}` removes them)")
     print(line)
-    return ExitCode.OK
+    # An entry nobody may follow is a problem of the cache, as `mriprep check` says too.
+    return ExitCode.PROBLEMS if inventory.unsafe else ExitCode.OK
 
 
 def run_prune(args: argparse.Namespace) -> int:
@@ -174,10 +175,13 @@ def run_repair(args: argparse.Namespace) -> int:
             print(f"the old index was unreadable: {report.previous_problem}")
         for key, reason in sorted(report.quarantined.items()):
             print(f"  quarantined {key[:12]}: {reason}")
+        for key, reason in sorted(report.unsafe.items()):
+            print(f"  took unsafe index entry {key!r} out of the index, unfollowed: {reason}")
         if report.backup:
             print(f"  the old index is kept as {report.backup}")
         print(f"mriprep cache repair {args.cache}: {report.summary()}")
-    return ExitCode.PROBLEMS if report.quarantined or report.unassigned else ExitCode.OK
+    damaged = report.quarantined or report.unsafe or report.unassigned
+    return ExitCode.PROBLEMS if damaged else ExitCode.OK
 
 
 def _size(nbytes: int) -> str:

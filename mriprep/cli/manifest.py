@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from mriprep.core.errors import InputError, ManifestError
+from mriprep.core.errors import InputError, ManifestError, cli_words
 from mriprep.core.exit_codes import ExitCode
 
 DESCRIPTION = """\
@@ -161,7 +161,8 @@ def _summary(manifest) -> str:
     groups = manifest.by_split()
     counts = ", ".join(f"{split or 'unassigned'} {len(rows)}" for split, rows in groups.items())
     n_subjects = len(manifest.subjects())
-    return f"{len(manifest)} row(s), {n_subjects} subject(s) ({counts})"
+    # The split counts are of rows (scans), so they follow the row count, not the subjects'.
+    return f"{len(manifest)} row(s) ({counts}), {n_subjects} subject(s)"
 
 
 def _from_bids(
@@ -183,7 +184,8 @@ def _from_bids(
         rows = manifest_from_bids(bids_dir, labels=labels, labels_desc=labels_desc)
     for warning in caught:
         if issubclass(warning.category, UserWarning):
-            print(f"mriprep manifest: warning: {warning.message}", file=sys.stderr)
+            print(f"mriprep manifest: warning: {cli_words(warning.message)}",
+                  file=sys.stderr)
     write_manifest(rows, output)
     try:
         manifest = read_manifest(output)
@@ -194,7 +196,7 @@ def _from_bids(
         return ExitCode.PROBLEMS
     n_labels = sum(row.label is not None for row in manifest)
     print(
-        f"wrote {output}: {_summary(manifest)}, {n_labels} with a label map; "
+        f"wrote {output}: {_summary(manifest)}; {n_labels} row(s) with a label map; "
         "splits are unassigned"
     )
     conformed = sum(row.image.name == CONFORMED_IMAGE for row in manifest)

@@ -3,8 +3,10 @@ on Slurm jobs (``--scheduler slurm``, :mod:`mriprep.run.slurm`).
 
 Exit status: 0 every subject is cached (or already was), 1 some subjects failed (listed
 at the end with their stage and reason), 2 usage or configuration error (bad pipeline,
-unreadable manifest, unreachable scheduler, a Slurm job Slurm refuses), 130 interrupted
-(Ctrl-C: what finished is indexed, every Slurm job cancelled).
+unreadable manifest, unreachable scheduler, a Slurm job Slurm refuses, a cache that
+indexes another pipeline without --replace-pipeline), 130 interrupted (Ctrl-C: what
+finished is indexed, every Slurm job cancelled, and one line says how many subjects are
+kept and that the same command resumes).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import json
 import sys
 
 from mriprep.core.errors import SchedulerError
+from mriprep.core.exit_codes import ExitCode
 from mriprep.pipelines import DEFAULT_PIPELINE, available_pipelines, load_pipeline
 from mriprep.run.cohort import run_cohort, cohort_rows
+from mriprep.run.interrupt import RunInterrupted
 from mriprep.run.progress import ProgressReporter
 from mriprep.run.reports import summary_json, summary_text
 from mriprep.run.scheduling import SCHEDULERS
@@ -166,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
             replace_pipeline=args.replace_pipeline,
             slurm=slurm, on_jobs=progress.jobs,
         )
+    except RunInterrupted as stop:
+        progress.close()
+        print(f"mriprep run: {stop.message}", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     finally:
         progress.close()
     if result.index_note:

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from mriprep.core.errors import ManifestError
+from mriprep.core.errors import ManifestError, cli_words
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.findings import Severity
 from mriprep.splits import (
@@ -38,8 +38,10 @@ in comes from a hash of the id and the seed, so the same seed and cohort give th
 splits. Subjects that already have a split keep it unless --reassign is given: to grow a
 cohort, add rows without a split to the assigned manifest and assign again; the new
 subjects fill the quotas of the grown cohort. --folds K adds a 'fold' column (1..K) for
-K-fold cross-validation among the subjects of --folds-of (default train), by subject and
+K-fold cross-validation among the subjects of --folds-of (default: train when the
+manifest has splits, every subject when it has none, as nnU-Net does), by subject and
 stratified like the splits; existing folds are kept the same way.
+  mriprep splits cohort.csv --folds 5 -o folds.csv      # no splits: 5 folds of everyone
 
 exit status: 0 sound (or assigned and written), 1 problems found, 2 usage error
 """
@@ -73,9 +75,9 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--folds", type=int, metavar="K",
                    help="add a 'fold' column (1..K): K-fold cross-validation by subject")
-    p.add_argument("--folds-of", metavar="SPLIT", default="train",
-                   help="the split whose subjects are dealt into folds (default train; "
-                        "'all': every subject)")
+    p.add_argument("--folds-of", metavar="SPLIT", default=None,
+                   help="the split whose subjects are dealt into folds ('all': every "
+                        "subject; default: train, or all when no row has a split)")
     p.add_argument("-o", "--output", type=Path,
                    help="manifest to write (with --assign or --folds)")
     p.add_argument("--force", action="store_true", help="overwrite OUTPUT if it exists")
@@ -128,6 +130,21 @@ def run(args: argparse.Namespace) -> int:
         _emit(args, report)
         return ExitCode.OK if report.ok else ExitCode.PROBLEMS
 
+    splits_given = sorted({r.split for r in manifest.rows if r.split})
+    if args.folds is not None and args.folds_of is None:
+        # nnU-Net's habit: a manifest without splits is cross-validated as a whole.
+        args.folds_of = "train" if splits_given or fractions is not None else "all"
+    if args.folds is not None and args.folds_of != "all" and fractions is None:
+        subjects = {r.subject_id for r in manifest.rows if r.split == args.folds_of}
+        if len(subjects) < args.folds:
+            have = ", ".join(f"{s!r}" for s in splits_given) or "none"
+            return _usage(
+                f"--folds {args.folds} --folds-of {args.folds_of}: split "
+                f"{args.folds_of!r} of {args.manifest} has {len(subjects)} subject(s), fewer "
+                f"than the {args.folds} folds (its splits: {have}); pass --folds-of with "
+                "a split that has enough subjects, --folds-of all for folds over every "
+                "subject, or assign splits first with --assign train=0.8,test=0.2")
+
     if args.stratify and args.stratify not in manifest.metadata_columns():
         columns = ", ".join(manifest.metadata_columns()) or "none"
         return _usage(
@@ -147,10 +164,14 @@ def run(args: argparse.Namespace) -> int:
                                  args.reassign)
             rows = folds.rows
     except ValueError as exc:
-        print(f"mriprep splits: cannot assign: {exc}", file=sys.stderr)
+        print(f"mriprep splits: cannot assign: {cli_words(exc)}", file=sys.stderr)
         return ExitCode.PROBLEMS
     assigned = Manifest(path=args.output, rows=tuple(rows))
-    report = check_manifest_splits(assigned, args.hash_files, args.workers)
+    # Folds over a manifest without any split stand in for the splits (fold k validates).
+    folds_only = folds is not None and args.folds_of == "all" and not any(
+        r.split for r in rows)
+    report = check_manifest_splits(assigned, args.hash_files, args.workers,
+                                   require_splits=not folds_only)
     report.manifest = str(args.manifest)
     written = None
     if report.ok:
@@ -236,7 +257,9 @@ def render(
     for finding in sorted(report.findings, key=lambda f: (f.severity != Severity.ERROR, f.code)):
         lines.append(f"{finding.severity.upper():<8}{finding.code:<20}{finding.message}")
     verdict = "OK" if report.ok else "FAILED"
-    lines += ["", f"{verdict}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)"]
+    # The summary counts every WARNING line above: the findings' and the assignment's.
+    warned = len(report.warnings) + len(notes)
+    lines += ["", f"{verdict}: {len(report.errors)} error(s), {warned} warning(s)"]
     if assignment is not None or folds is not None:
         lines.append(
             f"wrote {written}" if written else "nothing written: fix the errors above first"

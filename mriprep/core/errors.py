@@ -7,6 +7,8 @@ Errors caused by the input subclass ``ValueError`` as well, like nibabel's.
 
 from __future__ import annotations
 
+import re
+
 
 class MriprepError(Exception):
     """Base of every error mriprep raises on purpose."""
@@ -63,3 +65,24 @@ class SchedulerError(MriprepError):
 
 class CacheError(MriprepError):
     """The cache folder cannot be used (corrupt index, mixed pipelines, missing files)."""
+
+
+# Messages name what to change in the words of the Python API (``session_id=``); the
+# command line sets the same thing with a flag, and :func:`cli_words` rewrites one into
+# the other when a command prints the message. A message never names both.
+_PARAMETER_FLAGS = {
+    "session_id=": "--session ",
+    "native_path=": "--native ",
+    "labels_desc=": "--labels-desc ",
+    "labels=": "--labels ",
+    "folds=": "--folds ",
+    "reassign=True": "--reassign",
+}
+_PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, _PARAMETER_FLAGS)) + ")")
+
+
+def cli_words(message: str) -> str:
+    """``message`` with each Python parameter it names (``session_id=``) written as the
+    command-line flag that sets it (``--session``)."""
+    text = _PARAMETER.sub(lambda m: _PARAMETER_FLAGS[m.group(1)], str(message))
+    return re.sub(r" +([),;])", r"\1", text)  # "--session )" -> "--session)"

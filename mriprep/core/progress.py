@@ -11,6 +11,22 @@ import sys
 from typing import Any, TextIO
 
 
+# The width of the bar on a terminal that reports no width (0 columns).
+FALLBACK_COLUMNS = 80
+
+
+def _columns(stream: TextIO) -> int | None:
+    """The columns the terminal of ``stream`` reports, as tqdm reads them (0 or None when
+    it reports none)."""
+    from tqdm.std import _screen_shape_wrapper
+
+    measure = _screen_shape_wrapper()
+    try:
+        return measure(stream)[0] if measure is not None else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 class ProgressBar:
     """A tqdm bar on ``stream`` when it is a terminal (or ``terminal=True``).
 
@@ -32,7 +48,13 @@ class ProgressBar:
     def _start(self, total: int) -> None:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=total, **self._options)
+        options = dict(self._options)
+        if _columns(self.stream) == 0:
+            # Some CI and editor terminals report 0 columns, and tqdm then draws no bar
+            # at all: a fixed width instead. (A stream with no width to ask, None, keeps
+            # tqdm's own unlimited line.)
+            options.update(ncols=FALLBACK_COLUMNS, dynamic_ncols=False)
+        self._bar = tqdm(total=total, **options)
 
     def update_to(self, done: int, total: int | None = None) -> None:
         """Show ``done`` items of ``total`` (a ``progress(done, total)`` callback)."""

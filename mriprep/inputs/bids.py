@@ -143,8 +143,8 @@ def manifest_from_bids(
     """
     if labels_desc is not None and not labels:
         raise InputError(
-            f"labels_desc {labels_desc!r} (--labels-desc) is given without labels "
-            "(--labels NAME): name the derivatives folder too"
+            f"labels_desc={labels_desc!r} is given without labels=NAME: name the "
+            "derivatives folder too"
         )
     root = _dataset_root(bids_root)
     scans = _t1w_scans(root)
@@ -331,14 +331,14 @@ def _pair_labels(
             else "there is no pipeline folder under derivatives/"
         )
         raise InputError(
-            f"--labels {name!r}: label folder {folder} does not exist ({holds}); name the "
+            f"labels={name!r}: label folder {folder} does not exist ({holds}); name the "
             "folder of derivatives/ that holds the label maps"
         )
     dsegs = _dseg_files(folder)
     subject_dirs = _freesurfer_subjects(folder)
     if not dsegs and not subject_dirs:
         raise InputError(
-            f"--labels {name!r}: {folder} holds no label map: looked for BIDS derivatives "
+            f"labels={name!r}: {folder} holds no label map: looked for BIDS derivatives "
             "sub-*/[ses-*/]anat/*_dseg.nii[.gz] and FastSurfer/FreeSurfer subject folders "
             f"<subject>/mri/{' or mri/'.join(FREESURFER_LABELS)}"
         )
@@ -369,7 +369,7 @@ def _pair_labels(
         )
     if not pairs:
         raise InputError(
-            f"--labels {name!r}: none of the label maps in {folder} matches a T1w image; "
+            f"labels={name!r}: none of the label maps in {folder} matches a T1w image; "
             f"expected for {scans[0].image.name}: {_expected(root, folder, scans[0])}"
         )
     if unlabelled:
@@ -428,8 +428,8 @@ def _choose_dseg(
         problem = f"{len(chosen)} are {f'desc-{desc}' if desc else 'without desc-'}"
     raise InputError(
         f"{scan.image.name} has {len(candidates)} label maps in {candidates[0][1].parent} "
-        f"({names}) and {problem}; choose one with --labels-desc DESC (labels_desc= in "
-        "Python; '' takes the one without desc-), or remove the extra files"
+        f"({names}) and {problem}; choose one with labels_desc=DESC "
+        "('' takes the one without desc-), or remove the extra files"
     )
 
 

@@ -18,9 +18,9 @@ often end up in file names downstream.
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import os
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Iterable, Iterator
 
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import ManifestError
+from mriprep.core.ids import MAX_ID_BYTES, id_problems  # noqa: F401 - the ids' rule, re-exported
 
 REQUIRED_COLUMNS = ("subject_id", "image")
 OPTIONAL_COLUMNS = ("session_id", "label", "split", "header")
@@ -36,11 +37,7 @@ SPLITS = ("train", "val", "test")
 # What the ``header`` column accepts (empty: the pipeline's ``header:`` decides).
 HEADER_FORMS = ("qform", "sform")
 _NIFTI_SUFFIXES = (".nii", ".nii.gz")
-# Bytes, not characters: file systems limit names to 255 bytes, and an id may end up
-# inside a longer file name.
-MAX_ID_BYTES = 128
 _DELIMITERS = {".csv": ",", ".tsv": "\t"}
-_ID_FIX = "use letters, digits, '-', '_' and single inner dots, as in 'sub-01'"
 
 
 @dataclass(frozen=True)
@@ -119,44 +116,6 @@ class Manifest:
         for row in self.rows:
             seen.update(dict.fromkeys(row.metadata))
         return list(seen)
-
-
-def id_problems(value: str, what: str = "subject_id") -> list[str]:
-    """Why ``value`` is not a safe id (an empty list when it is).
-
-    Parameters
-    ----------
-    value : str
-        The id as written in the manifest.
-    what : str
-        Its column name, used in the messages.
-
-    Examples
-    --------
-    >>> id_problems("sub-01")
-    []
-    >>> for problem in id_problems("a/../b"):
-    ...     print(problem.split(";")[0])
-    subject_id 'a/../b' contains a path separator (/ or \\)
-    subject_id 'a/../b' contains '..'
-    """
-    problems = []
-    if not value:
-        return [f"{what} is empty; every row needs one"]
-    if "/" in value or "\\" in value:
-        problems.append(f"{what} {value!r} contains a path separator (/ or \\)")
-    if ".." in value:
-        problems.append(f"{what} {value!r} contains '..'")
-    if value.startswith("."):
-        problems.append(f"{what} {value!r} starts with a dot (a hidden file name)")
-    controls = sorted({ch for ch in value if unicodedata.category(ch).startswith("C")})
-    if controls:
-        codes = ", ".join(f"U+{ord(ch):04X}" for ch in controls)
-        problems.append(f"{what} {value!r} contains control or invisible characters ({codes})")
-    size = len(value.encode("utf-8"))
-    if size > MAX_ID_BYTES:
-        problems.append(f"{what} {value[:20]!r}... is {size} bytes long (limit {MAX_ID_BYTES})")
-    return [f"{p}; {_ID_FIX}" for p in problems]
 
 
 def read_manifest(path: str | os.PathLike, check_files: bool = True) -> Manifest:
@@ -325,6 +284,12 @@ def _columns(header: list[str], delimiter: str) -> tuple[dict[str, int], list[st
                 f"; the header looks {_format_name(other)}-separated: name the file "
                 f"*.{_format_name(other).lower()}"
             )
+        # A typo ('subjet_id') is the usual cause: name the found column closest to each.
+        unknown = [h for h in header if h and h.lower() not in KNOWN_COLUMNS]
+        guesses = [f"{close[0]!r} for {name}" for name in missing
+                   for close in [difflib.get_close_matches(name, unknown, 1, 0.6)] if close]
+        if guesses:
+            hint += f"; did you mean {', '.join(guesses)}? rename the column"
         problems.append(
             f"line 1: missing required column(s) {', '.join(missing)} (found: "
             f"{', '.join(repr(h) for h in header)}){hint}"

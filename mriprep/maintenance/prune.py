@@ -19,7 +19,6 @@ few seconds).
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 import uuid
@@ -28,14 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mriprep.cache import QC_DIR, Cache, IndexEntry
+from mriprep.cache import QC_DIR, Cache, IndexEntry, is_key
 from mriprep.core.errors import CacheError
 from mriprep.maintenance.inventory import folder_bytes, take_inventory
 
 # Ten minutes: 60 times the runner's index flush interval (10 s), and far less than the
 # time between a run and the clean-up after it.
 PRUNE_GRACE_SECONDS = 600.0
-_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -81,12 +79,12 @@ def plan_prune(cache: Cache, manifest: Any = None, pipeline: str | None = None,
     made by one pipeline (``pipeline``: a name or hash prefix; default: the index's only
     one, or the last run's), and only indexed folders.
 
-    Raises :class:`CacheError` when the index cannot be read (repair it first) or when
-    the cache mixes pipelines and none is named.
+    Raises :class:`CacheError` when the index cannot be read or holds an unsafe or
+    malformed entry (repair it first) or when the cache mixes pipelines and none is named.
     """
     inventory = take_inventory(cache)
-    if inventory.index_problem or inventory.malformed:
-        problem = inventory.index_problem or inventory.malformed[0]
+    if inventory.index_problem or inventory.unsafe or inventory.malformed:
+        problem = inventory.index_problem or (inventory.unsafe + inventory.malformed)[0]
         raise CacheError(f"{problem}; run `mriprep cache repair {cache.root}` before pruning")
     indexed = [listed.entry for listed in inventory.indexed]
     kept_hash = _kept_pipeline(cache, indexed, pipeline)
@@ -119,7 +117,7 @@ def plan_prune(cache: Cache, manifest: Any = None, pipeline: str | None = None,
     qc = cache.root / QC_DIR
     if qc.is_dir():
         for folder in sorted(qc.iterdir()):
-            if folder.is_dir() and _KEY.fullmatch(folder.name) and folder.name not in staying \
+            if folder.is_dir() and is_key(folder.name) and folder.name not in staying \
                     and folder.name not in plan.too_young:
                 plan.removals.append(Removal(folder.name, folder_bytes(folder),
                                              "QC of an entry no longer indexed", folder=QC_DIR))

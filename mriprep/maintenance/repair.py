@@ -4,9 +4,16 @@ Every entry folder holds a ``meta.json`` with everything the index lists but the
 (a split belongs to the manifest, not to the content). Repair reads each sidecar,
 verifies the entry's files against it, and writes a new index of the sound ones:
 
-* an entry whose sidecar is unreadable or malformed, or whose files fail verification
-  (missing, truncated, checksum, non-finite values), moves to ``CACHE/quarantine/<key>``
-  with a ``reason.txt``: it is never served, and nothing is deleted;
+* an entry whose sidecar is unreadable, unsafe or malformed, or whose files fail
+  verification (missing, truncated, checksum, non-finite values), moves to
+  ``CACHE/quarantine/<key>`` with a ``reason.txt``: it is never served, and nothing is
+  deleted;
+* an index entry that would lead outside the cache (:mod:`mriprep.cache.safety`) is
+  never followed: its document is kept in ``CACHE/quarantine/unsafe-index-entries-<time>.json``
+  with its reasons, and anything in ``entries/`` that no writer of mriprep made (a link,
+  a folder not named by a key) moves to ``CACHE/quarantine`` as it is (a link itself, not
+  what it points at), with ``<name>.reason.txt`` beside it. Nothing outside the cache
+  folder is read, written or moved;
 * its split comes from, in this order: the ``splits`` given (the run's manifest rows),
   a ``manifest``, the index itself when it is still readable, the run reports under
   ``CACHE/reports`` (each lists every subject's key and split). An entry whose split is
@@ -33,10 +40,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from mriprep.cache import QUARANTINE_DIR, Cache, IndexEntry
+from mriprep.cache import QUARANTINE_DIR, Cache, IndexEntry, read_entries
 from mriprep.core.errors import CacheError
 from mriprep.core.findings import Severity
-from mriprep.maintenance.inventory import entry_folders
+from mriprep.maintenance.inventory import entry_folders, stray_entry_paths
 
 VERIFY_MODES = ("checksums", "sizes")
 Identity = tuple[str, str]
@@ -52,6 +59,8 @@ class RepairReport:
     backup: Path | None = None
     indexed: list[IndexEntry] = field(default_factory=list)
     quarantined: dict[str, str] = field(default_factory=dict)  # key -> reason
+    # Index entries that would lead outside the cache: key as stored -> reason.
+    unsafe: dict[str, str] = field(default_factory=dict)
     unassigned: list[IndexEntry] = field(default_factory=list)  # no split known
     superseded: list[IndexEntry] = field(default_factory=list)  # another entry kept
 
@@ -61,6 +70,10 @@ class RepairReport:
         if self.quarantined:
             parts.append(f"{len(self.quarantined)} damaged moved to "
                          f"{self.root / QUARANTINE_DIR}")
+        if self.unsafe:
+            parts.append(f"{len(self.unsafe)} unsafe index entr"
+                         f"{'y' if len(self.unsafe) == 1 else 'ies'} taken out of the index, "
+                         f"kept in {self.root / QUARANTINE_DIR} (never followed)")
         if self.unassigned:
             parts.append(f"{len(self.unassigned)} left out, their split known nowhere "
                          f"({', '.join(e.finding_name for e in self.unassigned[:3])}): "
@@ -77,6 +90,7 @@ class RepairReport:
             "backup": str(self.backup) if self.backup else None,
             "indexed": [e.key for e in self.indexed],
             "quarantined": self.quarantined,
+            "unsafe": self.unsafe,
             "unassigned": [e.key for e in self.unassigned],
             "superseded": [e.key for e in self.superseded],
         }
@@ -102,11 +116,13 @@ def repair_index(
     report = RepairReport(cache.root, verify)
     with cache.locked():
         old_index = _readable_index(cache, report)
+        moved = _quarantine_strays(cache, report)
         candidates = _sidecar_entries(cache, report)
         _verify(cache, candidates, verify, workers, progress, report)
         for key, reason in report.quarantined.items():
             candidates.pop(key, None)
-            _quarantine(cache, key, reason)
+            if key not in moved:
+                _quarantine(cache, key, reason)
         given = dict(splits or {})
         if manifest is not None:
             from mriprep.check.manifest import manifest_rows
@@ -127,11 +143,36 @@ def repair_index(
 
 
 def _readable_index(cache: Cache, report: RepairReport) -> dict[str, Any]:
+    """The old index's documents (for a split or a rank: plain strings, never followed);
+    its unsafe ones are also kept in quarantine with their reasons and leave the index."""
     try:
-        return cache.read_index()
+        raw = cache.read_index()
     except CacheError as exc:
         report.previous_problem = str(exc)
         return {}
+    unsafe = read_entries(raw).unsafe
+    if unsafe:
+        report.unsafe = {r.key: "; ".join(r.problems) for r in unsafe}
+        kept = {r.key: {"reasons": r.problems, "document": raw[r.key]} for r in unsafe}
+        path = _free_name(cache.root / QUARANTINE_DIR, f"unsafe-index-entries-{_now()}.json")
+        _write_inside(path, json.dumps(kept, indent=1, default=str))
+    return raw
+
+
+def _quarantine_strays(cache: Cache, report: RepairReport) -> set[str]:
+    """Move what no writer of mriprep put in ``entries/`` into quarantine, unread; the
+    names moved."""
+    moved = set()
+    for path in stray_entry_paths(cache):
+        what = "a link" if path.is_symlink() else "not a folder named by a key"
+        reason = (f"entries/{path.name} is {what}: no writer of mriprep makes one, and "
+                  "following it could lead outside the cache")
+        target = _free_name(cache.root / QUARANTINE_DIR, path.name)
+        os.rename(path, target)  # a link moves itself; what it points at stays untouched
+        _write_inside(target.with_name(target.name + ".reason.txt"), reason + "\n")
+        report.quarantined[path.name] = reason
+        moved.add(path.name)
+    return moved
 
 
 def _sidecar_entries(cache: Cache, report: RepairReport) -> dict[str, IndexEntry]:
@@ -194,7 +235,8 @@ def _report_history(cache: Cache) -> _History:
 
 def _index_split(index: dict[str, Any], key: str) -> str | None:
     doc = index.get(key)
-    return doc.get("split") if isinstance(doc, dict) else None
+    split = doc.get("split") if isinstance(doc, dict) else None
+    return split if isinstance(split, str) else None
 
 
 def _choose(cache: Cache, candidates: dict[str, IndexEntry], index: dict[str, Any],
@@ -214,21 +256,44 @@ def _choose(cache: Cache, candidates: dict[str, IndexEntry], index: dict[str, An
     return chosen
 
 
+def _now() -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
+
+
+def _free_name(root: Path, name: str) -> Path:
+    """``root/name``, or a timestamped name beside it when taken (quarantined before:
+    keep both). Refuses a quarantine folder that is a link: moving into it would move
+    entries out of the cache."""
+    if root.is_symlink():
+        raise CacheError(f"{root} is a link (to {os.readlink(root)}); quarantine must be a "
+                         f"folder of the cache: remove the link and repair again")
+    root.mkdir(exist_ok=True)
+    target = root / name
+    if target.exists() or target.is_symlink():
+        target = root / f"{name}.{_now()}"
+    return target
+
+
+def _write_inside(path: Path, text: str) -> None:
+    """Write ``path``, never through a link: a tampered entry may hold one where its
+    ``reason.txt`` goes, pointing at a file outside the cache."""
+    if path.is_symlink():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
 def _quarantine(cache: Cache, key: str, reason: str) -> Path:
-    target_root = cache.root / QUARANTINE_DIR
-    target_root.mkdir(exist_ok=True)
-    target = target_root / key
-    if target.exists():  # quarantined before: keep both
-        target = target_root / f"{key}.{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
+    target = _free_name(cache.root / QUARANTINE_DIR, key)
     os.rename(cache.entry_dir(key), target)
-    (target / "reason.txt").write_text(reason + "\n")
+    _write_inside(target / "reason.txt", reason + "\n")
     return target
 
 
 def _keep_previous_index(cache: Cache) -> Path | None:
     if not cache.index_path.exists():
         return None
-    backup = cache.index_path.with_name(
-        f"index.json.before-repair-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}")
+    backup = cache.index_path.with_name(f"index.json.before-repair-{_now()}")
     shutil.copy2(cache.index_path, backup)
     return backup

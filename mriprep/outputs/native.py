@@ -139,7 +139,7 @@ def native_grid(entry: IndexEntry, native_path: str | os.PathLike | None = None,
                else "the native scan its sidecar records")
         raise InputError(
             f"{path} ({how} for {entry.finding_name}) does not exist; restore it, or pass "
-            "where it is now (--native PATH, or native_path=)"
+            "where it is now (native_path=PATH)"
         )
     if verify and recorded.get("sha256"):
         found = sha256_file(path)

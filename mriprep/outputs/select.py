@@ -37,7 +37,7 @@ def entry_for(cache: Cache, subject_id: str, session_id: str | None = None) -> I
             return mine[0]
         raise CacheError(
             f"subject {subject_id!r} has {len(mine)} sessions in cache {cache.root} "
-            f"({_sessions_text(sessions)}); name one (--session, or session_id=)"
+            f"({_sessions_text(sessions)}); name one (session_id=)"
         )
     for entry in mine:
         if entry.session_id == (session_id or ""):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from mriprep.cache import Cache, IndexEntry, MalformedEntry
+from mriprep.cache import Cache, IndexEntry, read_entries
 from mriprep.core.errors import CacheError
 from mriprep.qc.outliers import Outlier, cohort_flags, robust_z
 from mriprep.qc.store import read_qc, write_qc
@@ -153,13 +153,9 @@ def _entries(cache: Cache, problems: list[str]) -> list[IndexEntry]:
     except CacheError as exc:
         problems.append(f"the index cannot be read, so cached subjects are not listed: {exc}")
         return []
-    entries = []
-    for key, doc in raw.items():
-        try:
-            entries.append(IndexEntry.from_json(key, doc))
-        except MalformedEntry as exc:
-            problems.append(f"{exc} (not shown)")
-    return sorted(entries, key=lambda e: (e.subject_id, e.session_id, e.key))
+    reading = read_entries(raw)
+    problems += [f"{refused.error} (not shown)" for refused in reading.refused]
+    return list(reading.entries.values())
 
 
 def _read_run_report(root: Path, problems: list[str]) -> dict[str, Any]:

@@ -21,8 +21,16 @@ Where each follows MRIQC and where it differs:
 - ``cnr``, ``cjv``: MRIQC's formulas; NaN when the denominator is zero.
 - ``efc``: MRIQC's normalised entropy focus criterion over the valid voxels, of their
   magnitudes (small negatives left by interpolation count by size, not as NaN).
-- ``fber``: MRIQC's ratio of median energies, head over air; ``inf`` (MRIQC: -1) when
-  the air's median energy is zero, as in a zero-filled background.
+- Air: its exact zeros are left out of every air statistic, as MRIQC leaves out its
+  "rotation mask" (the empty voxels a rotated or padded field of view inserts): a
+  magnitude image's noise is never exactly 0, so a zero there was written, not measured
+  (padding, a zero-filled or skull-stripped background). With fewer than
+  ``MIN_AIR_VOXELS`` measured air voxels the air metrics (``snr_dietrich``, ``fber``)
+  are NaN, shown as n/a, and never flagged; :func:`image_quality` says why in ``notes``
+  (no air in the field of view, or an air of exact zeros); ``cnr`` then takes the
+  tissue spread alone.
+- ``fber``: MRIQC's ratio of median energies, head over (measured) air, so finite on
+  padded images; NaN (MRIQC: -1) when the air is all zeros (a skull-stripped scan).
 - ``wm2max``: MRIQC's WM median over the 99.95th percentile of the valid voxels.
 
 A metric that cannot be computed (no air, an empty class, a zero denominator not named
@@ -54,6 +62,10 @@ _HEAD_PART_FRACTION = 0.1
 _AIR_MARGIN_MM = 8.0
 _THRESHOLD_SAMPLE = 1 << 18  # strided sample for the head threshold
 _KMEANS_SAMPLE = 20_000  # ample for three 1-D centroids
+# Fewer measured air voxels than this and the noise estimate is not worth a number.
+MIN_AIR_VOXELS = 100
+# How a note names the metrics that need measured air.
+AIR_METRICS = {"snr_dietrich": "SNR (air)", "fber": "FBER"}
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: arrays have no single truth value
@@ -261,17 +273,42 @@ def _median(values: np.ndarray) -> float:
 
 
 def _fber(head_values, air_values) -> float:
+    """``air_values`` are the measured (non-zero) air voxels."""
+    if air_values.size < MIN_AIR_VOXELS:
+        return NAN
     head, air = _median(np.abs(head_values)) ** 2, _median(np.abs(air_values)) ** 2
-    if air == 0:
-        return float("inf") if head > 0 else NAN
-    return head / air  # NaN when either region is empty
+    return head / air if air > 0 else NAN  # NaN when the head is empty too
 
 
 def fber(data: np.ndarray, head: np.ndarray, air: np.ndarray) -> float:
-    """Median energy ``|x|^2`` in the head over that in air (finite voxels); ``inf`` when
-    the air's is zero (a zero-filled background), NaN when a region is empty."""
+    """Median energy ``|x|^2`` in the head over that in the air's finite, non-zero voxels
+    (zeros are padding, not noise: MRIQC's rotation mask); NaN when fewer than
+    ``MIN_AIR_VOXELS`` such voxels remain (no air, or a skull-stripped background of
+    zeros) or the head is empty."""
+    data = np.asarray(data)
     finite = np.isfinite(data)
-    return _fber(np.asarray(data)[finite & head], np.asarray(data)[finite & air])
+    return _fber(data[finite & head], _measured(data[finite & air]))
+
+
+def _measured(air_values: np.ndarray) -> np.ndarray:
+    return air_values[air_values != 0]
+
+
+def _air_note(region: int, measured: int) -> str | None:
+    """Why the air metrics are n/a, or None when the air was measured."""
+    if measured >= MIN_AIR_VOXELS:
+        return None
+    names = " and ".join(AIR_METRICS.values())
+    if region == 0:
+        why = (f"no air in the field of view (none of it lies {_AIR_MARGIN_MM:g} mm or more "
+               "from the head: a tight crop, common at 0.5 mm)")
+    elif region - measured >= measured:
+        why = (f"the air is exact zeros in {region - measured} of its {region} voxel(s) "
+               "(skull-stripped, defaced or zero-padded: no noise to measure)")
+    else:
+        why = (f"only {measured} air voxel(s) measured, fewer than the {MIN_AIR_VOXELS} a "
+               "noise estimate needs (the field of view ends close to the head)")
+    return f"{names}: n/a, {why}; not judged against the cohort"
 
 
 def _wm2max(wm_median: float, values: np.ndarray) -> float:
@@ -296,20 +333,30 @@ def _stats(values: np.ndarray) -> tuple[float, float, float, int]:
     return median, float(np.std(values)), mad, values.size
 
 
-def image_quality(data: np.ndarray, valid: np.ndarray, masks: TissueMasks) -> dict[str, float]:
-    """Every metric of this module for one volume, keyed by name (see the module notes)."""
+def image_quality(data: np.ndarray, valid: np.ndarray, masks: TissueMasks,
+                  notes: list[str] | None = None) -> dict[str, float]:
+    """Every metric of this module for one volume, keyed by name (see the module notes).
+    ``notes``, when given, receives why a metric is NaN where the volume is the cause
+    (the air metrics without measured air)."""
     data = np.ascontiguousarray(data)  # a strided view (a subsampled scan) slows every pass
     usable = np.asarray(valid, dtype=bool) & np.isfinite(data)
     values = np.ravel(data) if usable.all() else data[usable]
-    head, air = data[masks.head & usable], data[masks.air & usable]
+    head, region = data[masks.head & usable], data[masks.air & usable]
+    air = _measured(region)
     tissue = {name: _stats(data[getattr(masks, name) & usable]) for name in ("csf", "gm", "wm")}
-    sigma_air = float(np.std(air)) if air.size else NAN
+    note = _air_note(region.size, air.size)
+    if note is not None and notes is not None:
+        notes.append(note)
+    sigma_air = float(np.std(air)) if note is None else NAN
     (mu_gm, sd_gm, mad_gm, _), (mu_wm, sd_wm, mad_wm, _) = tissue["gm"], tissue["wm"]
     result = {f"snr_{name}": snr(mu, sd, n) for name, (mu, sd, _, n) in tissue.items()}
     result["snr_total"] = float(np.mean(list(result.values())))
     result.update(
         snr_dietrich=snr_dietrich(mu_wm, sigma_air),
-        cnr=cnr(mu_wm, mu_gm, sigma_air, sd_wm, sd_gm),
+        # Air of zeros adds no noise term: the tissue spread alone (it dominates); no
+        # air at all, no CNR, as before.
+        cnr=cnr(mu_wm, mu_gm, NAN if not region.size else 0.0 if note else sigma_air,
+                sd_wm, sd_gm),
         cjv=cjv(mu_wm, mu_gm, mad_wm, mad_gm),
         efc=_efc(values),
         fber=_fber(head, air),

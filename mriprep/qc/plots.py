@@ -46,6 +46,12 @@ def distributions_png(values: Mapping[str, Mapping[str, Sequence[float]]],
             axes.scatter(jitter[ok & bad], v[ok & bad], s=22, color="#dd2222", marker="D")
             if ok.any():
                 axes.hlines(np.median(v[ok]), x - 0.3, x + 0.3, color="#222222", lw=1.5)
+        if not any(np.isfinite(np.asarray(v, dtype=float)).any()
+                   for v in values[metric].values()):
+            # An empty axis reads as a rendering bug: say that there is nothing to plot.
+            axes.text(0.5, 0.5, "n/a for every subject\n(the subject pages say why)",
+                      ha="center", va="center", fontsize=8, color="#666666",
+                      transform=axes.transAxes)
         axes.set_xticks(range(len(splits)), [s or "(none)" for s in splits])
         axes.set_title(labels.get(metric, metric), fontsize=9)
         axes.tick_params(labelsize=8)

@@ -118,7 +118,7 @@ def subject_qc(
     steps = [
         ("focus", lambda: _focus(layers), True),
         ("input", lambda: _input_picture(native, layers, focus), native is not None),
-        ("metrics", lambda: _native_metrics(native, layers, output, template),
+        ("metrics", lambda: _native_metrics(native, layers, output, template, qc.notes),
          native is not None and output is not None),
         ("output", lambda: _output_pictures(output, layers, template, unexplained, focus),
          output is not None),
@@ -294,9 +294,10 @@ def _cause_names(codes: Iterable[int]) -> list[str]:
 # -- metrics --------------------------------------------------------------------------
 
 def _native_metrics(native: Volume, layers: list[CauseLayer], output: OutputData | None,
-                    template: TemplateBrain | None) -> tuple[str, dict[str, float]]:
+                    template: TemplateBrain | None,
+                    notes: list[str] | None = None) -> tuple[str, dict[str, float]]:
     """Where the tissue classes were fitted, and the image-quality metrics of the native
-    scan, invalid voxels left out."""
+    scan, invalid voxels left out; why a metric is n/a goes to ``notes``."""
     from mriprep.qc.metrics import image_quality, tissue_masks
 
     s = METRIC_STRIDE
@@ -315,7 +316,7 @@ def _native_metrics(native: Volume, layers: list[CauseLayer], output: OutputData
         where = "template"
     spacing = tuple(float(v) for v in np.linalg.norm(affine[:3, :3], axis=0))
     masks = tissue_masks(data, usable, brain=brain, source=where, spacing=spacing)
-    return masks.source, image_quality(data, usable, masks)
+    return masks.source, image_quality(data, usable, masks, notes)
 
 
 def _own_metrics(output: OutputData, records: list[Mapping[str, Any]]) -> dict[str, float]:

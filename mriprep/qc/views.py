@@ -46,15 +46,21 @@ class View:
     # World points every plane must cut (the centres of what the pipeline invalidated):
     # a 500-voxel NaN blob or a 6 mm slab would otherwise fall between evenly spaced tiles.
     focus: tuple[tuple[float, float, float], ...] = ()
+    # The head's own box (the margin not added), when known: a focus point beyond it on a
+    # plane's axis would give that plane a tile of air (a masked slice above the vertex
+    # drawn as a striped tile), so that plane keeps its evenly spaced slice instead.
+    head: tuple[tuple[float, float, float], tuple[float, float, float]] | None = None
 
     def positions(self, plane: str) -> np.ndarray:
         """World coordinates (mm) of the plane's slices along its fixed axis: evenly
-        spaced, the nearest one moved onto each focus point."""
+        spaced, the nearest one moved onto each focus point that has head in its plane."""
         axis = _LAYOUT[plane][0]
         lo, hi = self.lower[axis], self.upper[axis]
         positions = lo + (hi - lo) * np.linspace(*_SLICE_RANGE, self.slices)
         free = list(range(self.slices))
-        for point in self.focus[: self.slices]:
+        focus = [p for p in self.focus if self.head is None
+                 or self.head[0][axis] <= p[axis] <= self.head[1][axis]]
+        for point in focus[: self.slices]:
             nearest = min(free, key=lambda i: abs(positions[i] - point[axis]))
             positions[nearest] = point[axis]
             free.remove(nearest)
@@ -91,8 +97,11 @@ def view_of(mask: np.ndarray, affine: np.ndarray, focus=(), pixel_mm: float = 1.
     world = box @ affine[:3, :3].T + affine[:3, 3]
     lower = world.min(0) - margin_mm
     upper = world.max(0) + margin_mm
+    head = None
+    if np.any(mask):  # the box of the head itself, for the focus points (see View.head)
+        head = (tuple(world.min(0).tolist()), tuple(world.max(0).tolist()))
     return View(tuple(lower.tolist()), tuple(upper.tolist()), pixel_mm, slices,
-                tuple(tuple(float(v) for v in p) for p in focus))
+                tuple(tuple(float(v) for v in p) for p in focus), head)
 
 
 def sample(array: np.ndarray, world_to_index: np.ndarray, points: np.ndarray,

@@ -29,6 +29,7 @@ run ends with the HTML QC report, ``CACHE/qc/index.html`` (:mod:`mriprep.qc`), u
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import time
@@ -45,6 +46,7 @@ from mriprep.core.exit_codes import ExitCode
 from mriprep.core.machine import usable_cores
 from mriprep.inputs.manifest import ManifestRow
 from mriprep.pipelines import Pipeline
+from mriprep.run.interrupt import RunInterrupted, interrupts_ignored
 from mriprep.run.reports import write_reports
 from mriprep.run.result import STATUSES, SubjectResult
 from mriprep.run.scheduling import scheduler_client
@@ -64,9 +66,15 @@ def cohort_rows(manifest_path: str | os.PathLike) -> list[ManifestRow]:
     Missing image files are not an error here: each becomes that subject's failure at
     the ``load`` stage, so one bad path does not stop a cohort.
     """
+    from mriprep.core.errors import ManifestError
     from mriprep.inputs.manifest import read_manifest
 
-    manifest = read_manifest(manifest_path, check_files=False)
+    try:
+        manifest = read_manifest(manifest_path, check_files=False)
+    except ManifestError:
+        # Refused anyway: list every problem, missing files too, as `manifest validate`.
+        read_manifest(manifest_path, check_files=True)
+        raise
     return [
         dataclasses.replace(row, image=Path(row.image).resolve(),
                             label=Path(row.label).resolve() if row.label else None)
@@ -177,32 +185,25 @@ def run_cohort(
     started = datetime.now(timezone.utc)
     start = time.perf_counter()
     results: dict[int, SubjectResult] = {}
+    if not replace_pipeline:
+        _refuse_takeover_early(cache_root, pipeline)
     # The scheduler comes first: an unreachable cluster must not leave an empty cache.
     slurm_logs = Path(cache_root).resolve() / REPORTS_DIR / SLURM_LOGS_DIR
-    with scheduler_client(scheduler, workers, threads_per_worker, bool(rows), slurm=slurm,
-                          slurm_logs=slurm_logs, on_jobs=on_jobs) as (client, board):
-        cache = Cache(cache_root, create=True)
-        index_note = prepare_index(cache, pipeline, rows, replace_pipeline)
-        index = _IndexWriter(cache)
-
-        def collect(position: int, result: SubjectResult) -> None:
-            results[position] = result
-            index.add(result)
-            if on_result is not None:
-                on_result(result)
-
-        run_id = uuid.uuid4().hex[:12]
-        keys = [f"mriprep-{run_id}-{i}-{t.subject_id}" for i, t in enumerate(rows)]
-        args = (rows, keys, pipeline, str(cache.root), force, threads_per_worker, report,
-                collect)
-        try:
-            if client is not None:
-                _execute_on_client(client, board, *args)
-            elif rows:
-                _execute_local(scheduler, workers, *args)
-        finally:
-            # Whatever finished is indexed, even when the run is interrupted.
-            index.flush()
+    # Holds the Ctrl-C shield of an interrupted run (see _process): closed last, after
+    # the scheduler, so that closing the workers is not cut short either.
+    shutdown_guard = contextlib.ExitStack()
+    try:
+        with shutdown_guard, scheduler_client(scheduler, workers, threads_per_worker,
+                                              bool(rows), slurm=slurm, slurm_logs=slurm_logs,
+                                              on_jobs=on_jobs) as (client, board):
+            cache = Cache(cache_root, create=True)
+            index_note = prepare_index(cache, pipeline, rows, replace_pipeline)
+            _process(client, board, scheduler, workers, rows, pipeline, cache, force,
+                     threads_per_worker, report, results, on_result, shutdown_guard)
+    except KeyboardInterrupt:
+        done = list(results.values())
+        raise RunInterrupted(sum(r.status == "cached" for r in done),
+                             sum(r.status == "skipped" for r in done), len(rows)) from None
     run = RunResult(
         results=[results[i] for i in range(len(rows))],
         pipeline=pipeline,
@@ -226,16 +227,45 @@ def run_cohort(
     return run
 
 
+def _process(client, board, scheduler, workers, rows, pipeline, cache, force, threads,
+             report, results, on_result, shutdown_guard) -> None:
+    """Run every subject on ``client`` (or dask's local scheduler), collecting each
+    result into ``results`` and the index as it comes."""
+    index = _IndexWriter(cache)
+
+    def collect(position: int, result: SubjectResult) -> None:
+        results[position] = result
+        index.add(result)
+        if on_result is not None:
+            on_result(result)
+
+    run_id = uuid.uuid4().hex[:12]
+    keys = [f"mriprep-{run_id}-{i}-{t.subject_id}" for i, t in enumerate(rows)]
+    args = (rows, keys, pipeline, str(cache.root), force, threads, report, collect)
+    try:
+        if client is not None:
+            _execute_on_client(client, board, *args)
+        elif rows:
+            _execute_local(scheduler, workers, *args)
+    except KeyboardInterrupt:
+        # Indexing what finished and closing the workers (cancelling Slurm jobs) must
+        # not be cut short by a second Ctrl-C: ignored until ``shutdown_guard`` closes.
+        shutdown_guard.enter_context(interrupts_ignored())
+        raise
+    finally:
+        # Whatever finished is indexed, even when the run is interrupted.
+        index.flush()
+
+
 def prepare_index(cache: Cache, pipeline: Pipeline, rows: list[ManifestRow],
                   replace_pipeline: bool) -> str:
     """Make the index fit for this run, or refuse before any work; say what was done.
 
     A damaged index is rebuilt from the entries' sidecars (file sizes checked; the
     run's rows give their splits, the run reports the others'). A cache serves one
-    pipeline, and the Dataset would refuse a mix only later: entries of another pipeline
-    hash are fine when this run's rows cover their subjects (a changed parameter rerun on
-    the cohort replaces each of them), and otherwise refused, unless ``replace_pipeline``
-    takes them out of the index.
+    pipeline (the Dataset refuses a mix): an index entry of any other pipeline hash, a
+    changed parameter included, is refused (:func:`refuse_other_pipelines`) unless
+    ``replace_pipeline`` takes those entries out of the index.
     """
     notes = []
     try:
@@ -249,27 +279,63 @@ def prepare_index(cache: Cache, pipeline: Pipeline, rows: list[ManifestRow],
                      f"sidecars: {repaired.summary()}. `mriprep cache verify {cache.root}` "
                      "reads every file")
         raw = cache.read_index()
-    covered = {r.key for r in rows}
-    others = {k: doc for k, doc in raw.items()
-              if isinstance(doc, dict) and doc.get("pipeline_hash") != pipeline.hash
-              and (str(doc.get("subject_id")), doc.get("session_id") or "") not in covered}
+    others = other_pipelines(raw, pipeline)
     if others:
-        found = collections.Counter(
-            (doc.get("pipeline_name"), str(doc.get("pipeline_hash"))) for doc in others.values())
-        listed = ", ".join(f"{n} entries of pipeline {name} ({h[:12]})"
-                           for (name, h), n in found.most_common())
         if not replace_pipeline:
-            raise CacheError(
-                f"cache {cache.root} holds {listed} of subjects this run does not "
-                f"process, and this run's pipeline is {pipeline.name} "
-                f"({pipeline.hash[:12]}): one cache serves one pipeline (MRIDataset refuses "
-                "a mix). Write this run to another folder (-o) to keep "
-                "the two apart, or pass --replace-pipeline to take the old entries out of "
-                f"the index (`mriprep cache prune {cache.root}` then deletes their files)")
+            refuse_other_pipelines(cache, raw, pipeline)
         cache.remove_from_index(list(others))
-        notes.append(f"--replace-pipeline: took {listed} out of the index; "
+        notes.append(f"--replace-pipeline: took {_listed(others)} out of the index; "
                      f"`mriprep cache prune {cache.root}` deletes their files")
     return "; ".join(notes)
+
+
+def other_pipelines(raw: dict, pipeline: Pipeline) -> dict:
+    """The index documents (key -> document) made by another pipeline hash than
+    ``pipeline``'s; a document that is no object is ``mriprep check``'s to report."""
+    return {k: doc for k, doc in raw.items()
+            if isinstance(doc, dict) and doc.get("pipeline_hash") != pipeline.hash}
+
+
+def refuse_other_pipelines(cache: Cache, raw: dict, pipeline: Pipeline) -> None:
+    """Raise :class:`CacheError` when the index ``raw`` holds entries of another pipeline
+    hash than ``pipeline``'s, naming both pipelines and both hashes.
+
+    Running on would re-index every subject of this run under the new pipeline and leave
+    the old entries unindexed for ``mriprep cache prune`` to delete: a silent takeover.
+    """
+    others = other_pipelines(raw, pipeline)
+    if not others:
+        return
+    same_name = {doc.get("pipeline_name") for doc in others.values()} == {pipeline.name}
+    why = " (the same name with other parameters or another mriprep version)"
+    raise CacheError(
+        f"cache {cache.root} indexes {_listed(others)}, and this run's pipeline is "
+        f"{pipeline.name} ({pipeline.hash[:12]}){why if same_name else ''}: one cache "
+        "serves one pipeline (MRIDataset refuses a mix), and running on would re-index "
+        "its subjects under this pipeline and leave the old entries for "
+        "`mriprep cache prune` to delete. Write this run to another folder (-o) to keep "
+        "both, or pass --replace-pipeline to take the old entries out of the index")
+
+
+def _listed(docs: dict) -> str:
+    found = collections.Counter((doc.get("pipeline_name"), str(doc.get("pipeline_hash")))
+                                for doc in docs.values())
+    return ", ".join(f"{n} entr{'y' if n == 1 else 'ies'} of pipeline {name} ({h[:12]})"
+                     for (name, h), n in found.most_common())
+
+
+def _refuse_takeover_early(cache_root: str | os.PathLike, pipeline: Pipeline) -> None:
+    """Refuse another pipeline's cache before any worker or Slurm job starts (an
+    existing cache with a readable index; a damaged one is repaired, then judged, in
+    :func:`prepare_index`)."""
+    if not (Path(cache_root) / "mriprep-cache.json").exists():
+        return
+    try:
+        cache = Cache(cache_root)
+        raw = cache.read_index()
+    except CacheError:
+        return
+    refuse_other_pipelines(cache, raw, pipeline)
 
 
 class _IndexWriter:

@@ -35,6 +35,7 @@ import logging
 import os
 
 from mriprep.core.errors import SchedulerError
+from mriprep.run.interrupt import WORKER_PRELOAD
 
 SCHEDULERS = ("processes", "threads", "sync", "slurm")
 # Environment variables read by the native libraries the stages use. Workers are started
@@ -209,8 +210,11 @@ def local_client(workers: int, threads: int = 1):
     # dask's pre-spawn environment, on top of the one dask sets itself.
     # dask's diagnostics are slowed down (QUIET_DASK_CONFIG); the nannies hand this
     # config on to their workers.
+    # Each worker process ignores Ctrl-C (mriprep.run.interrupt): the run closes them.
     pre_spawn = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+    preload = list(dask.config.get("distributed.worker.preload", []) or [])
     config = QUIET_DASK_CONFIG | {
+        "distributed.worker.preload": preload + [WORKER_PRELOAD],
         "distributed.scheduler.allowed-failures": LOCAL_RETRIES,
         "distributed.scheduler.worker-saturation": 1.0,
         "distributed.nanny.pre-spawn-environ": pre_spawn | MALLOC_ENV | NUMPY_HUGEPAGE_ENV,

@@ -206,7 +206,7 @@ def existing_splits(by_subject: Mapping[str, list[Any]], column: str) -> dict[st
         what = "splits" if column == "split" else f"{column} values"
         raise ValueError(
             f"{len(conflicts)} subject(s) already have scans in several {what}: "
-            f"{named(conflicts)}; fix the manifest or pass --reassign to draw every "
+            f"{named(conflicts)}; fix the manifest or pass reassign=True to draw every "
             "subject again"
         )
     return chosen
@@ -312,7 +312,7 @@ def assign_folds(
         ``stratify`` column that does not exist.
     """
     if folds < 2:
-        raise ValueError(f"--folds {folds}: K-fold needs at least 2 folds")
+        raise ValueError(f"folds={folds}: K-fold needs at least 2 folds")
     members: dict[str, list[Any]] = defaultdict(list)
     for row in rows:
         if within is None or row.split == within:
@@ -328,7 +328,7 @@ def assign_folds(
     strange = sorted({v for v in chosen.values() if v not in names})
     if strange:
         raise ValueError(f"the manifest's {FOLD_COLUMN} column holds {', '.join(strange)}, "
-                         f"not folds 1..{folds}; pass --reassign to deal the folds again")
+                         f"not folds 1..{folds}; pass reassign=True to deal the folds again")
     result.kept = len(chosen)
     stratum_of = {s: v for v, subjects in strata.items() for s in subjects}
     if not chosen:

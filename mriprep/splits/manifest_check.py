@@ -70,7 +70,8 @@ def hash_images(paths: Iterable[Path], workers: int | None = None) -> dict[Path,
 
 
 def check_manifest_splits(
-    manifest: Any, hash_files: bool = True, workers: int | None = None
+    manifest: Any, hash_files: bool = True, workers: int | None = None,
+    require_splits: bool = True,
 ) -> SplitsReport:
     """The split checks that need no tensors, on a manifest, before preprocessing.
 
@@ -86,12 +87,16 @@ def check_manifest_splits(
         splits are checked.
     workers : int, optional
         Threads hashing files.
+    require_splits : bool
+        A row without a split is an error (default). False for a manifest whose ``fold``
+        column, over every subject, stands in for the splits (K-fold without a test set).
     """
     rows = list(manifest.rows)
     report = SplitsReport(manifest=str(getattr(manifest, "path", "")), rows=len(rows))
-    report.findings += find_unassigned(
-        rows, "assign splits per subject with `mriprep splits MANIFEST --assign ... -o OUT`"
-    )
+    if require_splits:
+        report.findings += find_unassigned(
+            rows, "assign splits per subject with `mriprep splits MANIFEST --assign ... -o OUT`"
+        )
     report.findings += find_subject_leaks(
         rows, "put every session of a subject in one split (`mriprep splits --assign --reassign`)"
     )

@@ -25,9 +25,10 @@ def split_entries(cache: Cache, split: str, manifest=None,
         raise ValueError("MRIDataset: fold= needs manifest=, the manifest whose 'fold' "
                          "column `mriprep splits --folds K` wrote")
     if manifest is not None:
+        folded = fold is not None and split in FOLD_SPLITS
         everything = manifest_entries(cache, everything, manifest,
-                                      split if fold is None or split not in FOLD_SPLITS
-                                      else None)
+                                      None if folded else split,
+                                      (fold, split) if folded else None)
     hashes = collections.Counter(e.pipeline_hash for e in everything)
     if len(hashes) > 1:
         example = {e.pipeline_hash: e for e in reversed(everything)}
@@ -86,8 +87,16 @@ def fold_entries(entries: list[IndexEntry], manifest, split: str,
     if fold not in known:
         raise CacheError(f"fold {fold!r} is not in {manifest_name(manifest)}, whose folds "
                          f"are {', '.join(known)}")
-    keep = (lambda f: f and f != fold) if split == "train" else (lambda f: f == fold)
+    keep = in_fold_part(fold, split)
     return [e for e in entries if keep(folds.get(e.identity, ""))]
+
+
+def in_fold_part(fold: str, part: str):
+    """Whether a row's ``fold`` value is in fold ``fold``'s training part (``part``
+    ``"train"``: any other fold) or its validation part (``"val"``: that fold)."""
+    if part == "train":
+        return lambda value: bool(value) and value != fold
+    return lambda value: value == fold
 
 
 def resolve_labels(cache: Cache, split: str, entries: list[IndexEntry], labels) -> bool:
@@ -129,22 +138,32 @@ def check_files(cache: Cache, entries: list[IndexEntry], labels: bool) -> None:
         )
 
 
-def manifest_entries(cache: Cache, entries: list[IndexEntry], manifest, split: str | None
-                     ) -> list[IndexEntry]:
+def manifest_entries(cache: Cache, entries: list[IndexEntry], manifest, split: str | None,
+                     fold: tuple[str, str] | None = None) -> list[IndexEntry]:
     """The entries of the manifest's rows only; a row of ``split`` (of any split when
     None) that is not cached is named in a warning (``mriprep check --manifest`` makes
-    it an error)."""
+    it an error). With ``fold`` (the fold and ``"train"`` or ``"val"``) the rows warned
+    about are that fold's part, and the warning names it."""
     from mriprep.check.manifest import manifest_name, manifest_rows
+    from mriprep.splits import FOLD_COLUMN
 
     rows = manifest_rows(manifest)
     wanted = {r.key for r in rows}
     kept = [e for e in entries if e.identity in wanted]
     cached = {e.identity for e in kept}
-    missing = [r.name for r in rows if r.key not in cached
-               and (split is None or r.split == split)]
+    if fold is not None:
+        k, part = fold
+        in_part = in_fold_part(k, part)
+        asked = lambda r: in_part(r.metadata.get(FOLD_COLUMN, ""))  # noqa: E731
+        what = (f"fold {k}'s {'training' if part == 'train' else 'validation'} part "
+                f"(split={part!r}, fold={k})")
+    else:
+        asked = lambda r: split is None or r.split == split  # noqa: E731
+        what = f"split {split!r}" if split is not None else "any split"
+    missing = [r.name for r in rows if r.key not in cached and asked(r)]
     if missing:
         warnings.warn(
-            f"MRIDataset: {len(missing)} row(s) of split {split!r} in "
+            f"MRIDataset: {len(missing)} row(s) of {what} in "
             f"{manifest_name(manifest)} are not in cache {cache.root} "
             f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}): failed or not "
             "run; `mriprep check --manifest` names each with its reason",

@@ -10,9 +10,11 @@ dropped. Here:
   warns). A finite input costs one reduction.
 * :class:`NonFiniteLocator` watches every module of a model for one step and names the
   first module whose forward output, or backward gradient, is not finite, with the pass,
-  the step and the subjects. It records one flag per module without synchronising and
-  reads them once at the end of the step, so it costs far less than
-  ``torch.autograd.detect_anomaly`` (``make bench`` measures both).
+  the step and the subjects; after backward it checks every parameter gradient too (one
+  fused reduction) and names the parameters whose gradient is not finite. It records
+  one flag per module without synchronising and reads them once at the end of the step,
+  so it costs far less than ``torch.autograd.detect_anomaly`` (``make bench`` measures
+  both).
 * :func:`clamp_gradients` and :class:`GradientClipper` act as their folklore does, and
   count the steps on which they acted: a run that clamps every step is visible.
 """
@@ -107,11 +109,23 @@ class NonFiniteLocator:
     although its input was; "backward": the first module, in the order gradients flow,
     whose input gradient is not finite although its output gradient was), the step
     and the subjects. A non-finite model input or loss gradient is named as such.
+
+    With ``parameters`` (default: as ``backward``) it then checks the parameter
+    gradients as they stand on leaving (after ``backward()``, before the optimiser
+    step): every activation gradient can be finite while a weight's gradient, a sum of
+    products over the whole batch, overflows (float16 under autocast; what GradScaler's
+    ``found_inf`` sees). Those are named by their qualified parameter name
+    (``'enc.3.conv.weight'``). All gradients are reduced in one fused
+    ``torch._foreach_norm`` (max-abs: NaN and Inf survive it, finite values cannot
+    overflow it) and read with one synchronisation. Under a float16 GradScaler an Inf
+    gradient is routine (the scaler skips that step): pass ``parameters=False`` there.
     """
 
-    def __init__(self, model: nn.Module, backward: bool = True):
+    def __init__(self, model: nn.Module, backward: bool = True,
+                 parameters: bool | None = None):
         self.model = model
         self.backward = backward
+        self.parameters = backward if parameters is None else parameters
         self.step: int | None = None
         self.subject_ids: Sequence[str] | None = None
         self._handles: list = []
@@ -170,6 +184,17 @@ class NonFiniteLocator:
                 f"module {consumer!r} (backward pass) is the first whose input gradient is "
                 f"not finite although its output gradient was (the gradient at the output "
                 f"of {produced!r} is the first non-finite one){step}{who}")
+        if self.parameters:
+            bad = non_finite_gradients(self.model)
+            if bad:
+                shown = ", ".join(repr(n) for n in bad[:_SHOWN])
+                more = f" and {len(bad) - _SHOWN} more" if len(bad) > _SHOWN else ""
+                raise NonFiniteError(
+                    f"the gradient of parameter(s) {shown}{more} is not finite although "
+                    f"every activation and activation gradient was (backward pass, "
+                    f"parameter gradients){step}{who}: the weight gradient, summed over the "
+                    "batch, overflowed (float16 under autocast: use a GradScaler) or a "
+                    "stale gradient was kept (call optimizer.zero_grad() every step)")
 
     def _input_hook(self, module, inputs):
         if self._input is None:
@@ -199,6 +224,31 @@ class NonFiniteLocator:
         def hook(grad):
             self._backward.append(_Flag(name, _all_finite(grad)))
         return hook
+
+
+def non_finite_gradients(model: nn.Module) -> list[str]:
+    """The qualified names of ``model``'s parameters whose gradient holds a NaN or Inf,
+    in the model's order: one fused max-abs reduction per device and dtype
+    (``torch._foreach_norm``, no host synchronisation per parameter) and one read."""
+    named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    if not named:
+        return []
+    groups: dict[tuple, list[int]] = {}
+    for i, (_, grad) in enumerate(named):
+        groups.setdefault((grad.device, grad.dtype, grad.is_sparse), []).append(i)
+    device = named[0][1].device
+    flags = torch.empty(len(named), dtype=torch.bool, device=device)
+    for (_, _, sparse), members in groups.items():
+        grads = [named[i][1] for i in members]
+        if sparse:
+            grads = [g.coalesce().values() for g in grads]
+        norms = torch._foreach_norm(grads, float("inf"))
+        index = torch.tensor(members, device=device)
+        flags[index] = torch.isfinite(torch.stack(norms)).to(device)
+    finite = flags.cpu()
+    if bool(finite.all()):
+        return []
+    return [named[i][0] for i in (~finite).nonzero().flatten().tolist()]
 
 
 def _first_false(flags: list[_Flag]) -> int | None:

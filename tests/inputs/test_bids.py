@@ -126,7 +126,7 @@ def test_cli_from_bids_writes_a_valid_relative_manifest(bids, tmp_path, capsys):
     assert main(["manifest", "from-bids", str(bids), "-o", str(out), "--labels", "labels"]) == 0
     captured = capsys.readouterr()
     printed = captured.out
-    assert f"wrote {out}: 5 row(s), 3 subject(s) (unassigned 5), 1 with a label map" in printed
+    assert f"wrote {out}: 5 row(s) (unassigned 5), 3 subject(s); 1 row(s) with a label map" in printed
     assert "mriprep manifest: warning: 4 of 5 image(s) have no label map" in captured.err
     lines = out.read_text().splitlines()
     assert lines[0] == "subject_id,session_id,image,label,split,bids_entities,ses,run"
@@ -298,7 +298,7 @@ def test_bids_derivatives_dseg_prefers_desc_aseg(cohort):
 def test_several_dseg_without_desc_aseg_is_an_error_listing_them(cohort):
     folder = _fmriprep(cohort)
     (folder / "sub-01/anat/sub-01_desc-aseg_dseg.nii.gz").unlink()
-    with pytest.raises(InputError, match="--labels-desc") as info:
+    with pytest.raises(InputError, match="labels_desc=DESC") as info:
         manifest_from_bids(cohort, labels="fmriprep")
     message = str(info.value)
     assert "sub-01_T1w.nii.gz has 2 label maps" in message
@@ -331,7 +331,7 @@ def test_fastsurfer_and_freesurfer_folders_pair_orig_mgz(cohort, tmp_path, capsy
     assert main(["manifest", "from-bids", str(cohort), "-o", str(out), "--labels",
                  "fastsurfer"]) == 0
     printed = capsys.readouterr().out
-    assert "2 with a label map" in printed
+    assert "2 row(s) with a label map" in printed
     assert "2 row(s) take FastSurfer/FreeSurfer's mri/orig.mgz as image" in printed
     assert main(["manifest", "validate", str(out), "--headers"]) == 0
 
@@ -371,7 +371,8 @@ def test_a_missing_or_empty_labels_folder_is_refused(cohort, tmp_path, capsys):
     assert "error:" in err and str(cohort / "derivatives/nope") in err and not out.exists()
     assert main(["manifest", "from-bids", str(cohort), "-o", str(out), "--labels-desc",
                  "aseg"]) == 2
-    assert "without labels" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "without --labels NAME" in err and "labels_desc" not in err
 
 
 @pytest.mark.parametrize(

@@ -224,7 +224,7 @@ def test_cli_validate_clean_manifest(cohort, capsys):
     path = _write(cohort / "cohort.csv", GOOD_CSV)
     assert main(["manifest", "validate", str(path), "--headers"]) == 0
     out = capsys.readouterr().out
-    assert "3 row(s), 3 subject(s) (train 1, val 1, test 1)" in out
+    assert "3 row(s) (train 1, val 1, test 1), 3 subject(s)" in out
     assert "no problems found" in out
 
 

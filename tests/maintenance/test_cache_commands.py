@@ -106,7 +106,7 @@ def test_run_refuses_a_second_pipeline_unless_it_replaces_the_first(small_cache)
     from mriprep.run.cohort import run_cohort
 
     pipeline = load_pipeline("t1w_mni_rigid")
-    with pytest.raises(CacheError, match="holds 4 entries of pipeline test") as refused:
+    with pytest.raises(CacheError, match="indexes 4 entries of pipeline test") as refused:
         run_cohort([], small_cache, pipeline, scheduler="sync", report=False)
     assert pipeline.hash[:12] in str(refused.value) and "--replace-pipeline" in str(refused.value)
     assert len(Cache(small_cache).entries()) == 4  # refused before touching anything

@@ -114,3 +114,16 @@ def test_each_defect_gets_its_own_tile():
     assert sorted(round(c[2]) for c in centres[1:]) == [10, 50]
     view = View((0.0, 0.0, 0.0), (59.0, 59.0, 59.0), focus=tuple(centres))
     assert {10.0, 31.0, 50.0} <= {round(p, 1) for p in view.positions("axial")}
+
+
+def test_a_defect_in_the_air_beyond_the_head_gets_no_tile_of_air():
+    # A head that ends at z = 40 and a masked slice at z = 52, in the air above it (inside
+    # the field of view and the box's margin): the axial plane through it holds no head.
+    head = np.zeros((60, 60, 60), bool)
+    head[10:50, 10:50, 5:40] = True
+    view = view_of(head, np.eye(4), focus=((30.0, 30.0, 52.0), (20.0, 25.0, 20.0)),
+                   margin_mm=14.0)
+    axial = view.positions("axial")
+    assert 52.0 not in axial and 20.0 in axial and len(set(axial)) == 6
+    assert 30.0 in view.positions("sagittal")  # the planes across it still show it
+    assert 25.0 in view.positions("coronal")

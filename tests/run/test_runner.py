@@ -28,7 +28,7 @@ from scipy import ndimage
 
 from mriprep.cache import Cache
 from mriprep.cli import main
-from mriprep.core.errors import StageError
+from mriprep.core.errors import CacheError, StageError
 from mriprep.core.errors import SchedulerError
 from mriprep.core.hashing import checksum_file
 from mriprep.inputs.templates import load_mni152_tissue, load_template
@@ -284,7 +284,11 @@ def test_changed_input_recomputes_only_that_subject(cohort, tmp_path):
 def test_changed_parameter_and_force_recompute(cohort, tmp_path):
     cache_root = tmp_path / "cache"
     run(cohort, cache_root)
-    changed = run(cohort, cache_root, write_pipeline(tmp_path, sigma=1.0))
+    # A changed parameter is another pipeline: it takes the cache over only when asked.
+    with pytest.raises(CacheError, match="the same name with other parameters"):
+        run(cohort, cache_root, write_pipeline(tmp_path, sigma=1.0))
+    changed = run(cohort, cache_root, write_pipeline(tmp_path, sigma=1.0),
+                  replace_pipeline=True)
     assert [s for s, v in statuses(changed).items() if v == "cached"] == GOOD
     forced = run(cohort, cache_root, write_pipeline(tmp_path, sigma=1.0), force=True)
     assert [s for s, v in statuses(forced).items() if v == "cached"] == GOOD

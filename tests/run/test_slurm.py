@@ -34,6 +34,10 @@ from tests.run.test_runner import (  # noqa: F401 - cohort is a fixture
     CLI_BOOT, REPO_ROOT, cohort, statuses, subprocess_env, write_pipeline)
 from tests.slurm_cluster import missing_slurm, start_slurm
 
+# One xdist worker runs this module (make test's --dist loadgroup), so that the module's
+# single-node Slurm starts once.
+pytestmark = pytest.mark.xdist_group("slurm")
+
 # Worker jobs import the test stages (tests.run.test_runner) from the checkout.
 TEST_SETUP = (f"export PYTHONPATH={REPO_ROOT}",)
 # Timing fields of an entry's sidecar: the only bytes two runs of one subject may differ in.
@@ -307,6 +311,9 @@ def test_ctrl_c_cancels_every_job_and_keeps_what_finished(cohort, slurm, tmp_pat
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    [said] = [line for line in err.splitlines() if "interrupted" in line]
+    assert "cached and kept" in said and "run the same command again" in said
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(
             state in ("RUNNING", "PENDING") for _, state in slurm.jobs()):

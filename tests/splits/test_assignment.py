@@ -107,7 +107,7 @@ def test_conflicting_existing_splits_need_reassign():
     rows = _rows(3, sessions=2)
     rows = [r if r.row != 3 else ManifestRow(**{**r.__dict__, "split": "test"}) for r in rows]
     rows = [r if r.row != 2 else ManifestRow(**{**r.__dict__, "split": "train"}) for r in rows]
-    with pytest.raises(ValueError, match="sub-0000 \\(test, train\\).*--reassign"):
+    with pytest.raises(ValueError, match="sub-0000 \\(test, train\\).*reassign=True"):
         assign_splits(rows, FRACTIONS)
     fixed = assign_splits(rows, FRACTIONS, reassign=True)
     assert len({r.split for r in fixed.rows if r.subject_id == "sub-0000"}) == 1

@@ -117,3 +117,58 @@ def test_clipper_reports_the_norm_before_clipping():
     model.weight.grad[0, 0] = float("nan")
     with pytest.raises(NonFiniteError, match="NonFiniteLocator"):
         clipper.clip(model.parameters())
+
+
+class _Gain(nn.Module):
+    def __init__(self, gain: float):
+        super().__init__()
+        self.gain = gain
+
+    def forward(self, x):
+        return x * self.gain
+
+
+def _overflowing_weight_model():
+    """Every activation and activation gradient finite, the first weight's gradient not:
+    inputs of 1e20 times output gradients of 1e20 overflow float32 in the weight's
+    gradient only (its forward product, with weights of 1e-25, is about 1e-5)."""
+    model = nn.Sequential(nn.Linear(4, 4), _Gain(1e20), nn.Linear(4, 1, bias=False))
+    with torch.no_grad():
+        model[0].weight.fill_(1e-25)
+        model[0].bias.zero_()
+        model[2].weight.fill_(1.0)
+    return model, torch.full((2, 4), 1e20)
+
+
+def test_locator_names_a_parameter_whose_gradient_alone_is_not_finite():
+    model, x = _overflowing_weight_model()
+    with pytest.raises(NonFiniteError) as caught:
+        with NonFiniteLocator(model)(step=3, subject_ids=["sub-01", "sub-02"]):
+            model(x).sum().backward()
+    text = str(caught.value)
+    assert "'0.weight'" in text and "parameter" in text and "step 3" in text
+    assert "'0.bias'" not in text and "'2.weight'" not in text  # those stayed finite
+    assert not torch.isfinite(model[0].weight.grad).all()
+
+
+def test_locator_parameter_check_can_be_turned_off_and_is_silent_when_clean():
+    model, x = _overflowing_weight_model()
+    with NonFiniteLocator(model, parameters=False):
+        model(x).sum().backward()  # the activations alone are finite: no error
+    model.zero_grad(set_to_none=True)
+    with NonFiniteLocator(model, backward=False):  # forward only: parameters off too
+        model(x).sum().backward()
+    clean = _net()
+    with NonFiniteLocator(clean):
+        clean(_batch()).sum().backward()
+
+
+def test_non_finite_gradients_names_parameters_in_model_order():
+    from mriprep.training.guards import non_finite_gradients
+
+    model = _net()
+    model(_batch()).sum().backward()
+    assert non_finite_gradients(model) == []
+    model[4].weight.grad[0, 0, 0, 0, 0] = float("nan")
+    model[0].bias.grad[1] = float("-inf")
+    assert non_finite_gradients(model) == ["0.bias", "4.weight"]
