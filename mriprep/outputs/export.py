@@ -119,15 +119,10 @@ def entry_folder_name(entry: IndexEntry) -> str:
     return name
 
 
-def export_entry(cache: Cache, entry: IndexEntry, out: Path, fmt: str = "nifti") -> Path:
-    """Write one entry's folder under ``out``; return it.
-
-    Raises
-    ------
-    CacheError
-        A tensor is missing or does not match its checksum (nothing is written then).
-    """
-    for name, record in entry.files.items():
+def verify_entry_files(cache: Cache, entry: IndexEntry) -> None:
+    """Raise CacheError naming the file when one of ``entry``'s files is missing or does
+    not match the index's checksum: what every export checks before it writes."""
+    for record in entry.files.values():
         path = cache.entry_dir(entry.key) / record.file
         if not path.is_file():
             raise CacheError(f"{entry.finding_name}: {path} is missing; not exported "
@@ -138,6 +133,17 @@ def export_entry(cache: Cache, entry: IndexEntry, out: Path, fmt: str = "nifti")
                 f"not exported (`mriprep check {cache.root}` lists such entries, "
                 "`mriprep run --force` rebuilds them)"
             )
+
+
+def export_entry(cache: Cache, entry: IndexEntry, out: Path, fmt: str = "nifti") -> Path:
+    """Write one entry's folder under ``out``; return it.
+
+    Raises
+    ------
+    CacheError
+        A tensor is missing or does not match its checksum (nothing is written then).
+    """
+    verify_entry_files(cache, entry)
     meta = cache.read_meta(entry.key)
     folder = out / entry_folder_name(entry)
     folder.mkdir(parents=True, exist_ok=True)

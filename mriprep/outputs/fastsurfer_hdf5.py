@@ -36,7 +36,7 @@ import numpy as np
 from mriprep.cache import Cache, IndexEntry
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import CacheError, MriprepError
-from mriprep.core.hashing import checksum_file
+from mriprep.outputs.export import verify_entry_files
 from mriprep.training.labels.subject import SubjectSlices, derive, slices_of
 from mriprep.training.labels.table import LabelTable
 from mriprep.training.labels.weights import WeightOptions
@@ -83,14 +83,7 @@ def verify_entry(cache: Cache, entry: IndexEntry) -> None:
     if "label" not in entry.files:
         raise CacheError(f"{entry.finding_name}: has no label map; FastSurfer training "
                          "needs one (give the manifest a labels column)")
-    for name, record in entry.files.items():
-        path = cache.entry_dir(entry.key) / record.file
-        if not path.is_file():
-            raise CacheError(f"{entry.finding_name}: {path} is missing "
-                             "(`mriprep run --force` rebuilds the entry)")
-        if record.xxh3_128 is not None and checksum_file(path) != record.xxh3_128:
-            raise CacheError(f"{entry.finding_name}: {path} does not match its checksum "
-                             f"(`mriprep check {cache.root}` lists such entries)")
+    verify_entry_files(cache, entry)
 
 
 def subject_name(entry: IndexEntry) -> str:
