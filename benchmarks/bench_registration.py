@@ -49,6 +49,8 @@ MEASURES = (
     ("head_length_mm", "min_head_length_mm", ">="),
     ("head_scale", "min_head_scale", ">="),
     ("head_scale", "max_head_scale", "<="),
+    ("head_axis_min", "min_head_scale", ">="),
+    ("head_axis_max", "max_head_scale", "<="),
     ("search_best_ncc", "min_search_ncc", ">="),
     ("overlap", "min_overlap", ">="),
     ("similarity", "min_similarity", ">="),
@@ -58,6 +60,8 @@ MEASURES = (
 CAUGHT_BY = {
     "head_length_mm": ("head_size",),
     "head_scale": ("head_size",),
+    "head_axis_min": ("head_size",),
+    "head_axis_max": ("head_size",),
     "search_best_ncc": ("no_brain",),
     "overlap": ("field_of_view",),
     "similarity": ("not_t1", "no_brain"),
@@ -97,6 +101,8 @@ def detect(cases, threads: int) -> list[dict[str, Any]]:
                 row.update(outcome="accepted", cause=None)
             row["seconds"] = time.perf_counter() - start
             row["estimate"] = metrics.get("template_to_subject")
+            axes = metrics.get("head_axis_scales") or [None]
+            metrics = {**metrics, "head_axis_min": axes[-1], "head_axis_max": axes[0]}
             for measure in dict.fromkeys(m for m, _, _ in MEASURES):
                 row[measure] = metrics.get(measure)
             for measure in ("scalp_share", "skull_stripped", "bias_ratio"):
@@ -334,7 +340,36 @@ def stripped_report(rows) -> list[str]:
                          f"{right}/{len(mine)}")
     lines += [f"      BAD {r['case']}: scalp share {r['scalp_share']:.3f}" for r in accepted
               if bool(r["skull_stripped"]) != _is_stripped_case(r["case"])]
+    pairs = with_and_without_scalp(rows)
+    if pairs:
+        lines.append("  Colin27 with and without its scalp (ch2 / ch2bet), same acquisition "
+                     "(mm over the template brain; goal: mean <= 0.15):")
+        lines += [f"    {p['case']:34s} mean {p['mean']:.3f}  max {p['max']:.3f}"
+                  for p in pairs]
     return lines
+
+
+def with_and_without_scalp(rows) -> list[dict[str, Any]]:
+    """The real Colin27 head registered with and without its scalp (``colin27/ACQ``
+    against ``colin27_brain/ACQ``: ch2 and its BET output ch2bet share one world), each
+    acquisition's second transform predicted from the first through the known poses."""
+    from mriprep.stages.registration.geometry import target_registration_error
+    from mriprep.stages.registration.template import template_brain_points
+
+    points = template_brain_points("mni152", step=4)
+    accepted = {r["case"]: r for r in rows if r.get("outcome") == "accepted"}
+    out = []
+    for name, stripped in accepted.items():
+        if not name.startswith("colin27_brain/"):
+            continue
+        whole = accepted.get("colin27/" + name.split("/", 1)[1])
+        if whole is None:
+            continue
+        motion = np.asarray(stripped["pose"]) @ np.linalg.inv(np.asarray(whole["pose"]))
+        mean, worst = target_registration_error(
+            stripped["estimate"], motion @ np.asarray(whole["estimate"]), points)
+        out.append({"case": name, "mean": mean, "max": worst})
+    return out
 
 
 def _is_stripped_case(name: str) -> bool:

@@ -51,7 +51,7 @@ METRIC_INFO = {
     "masked_slices": ("masked slices", "incomplete and artifact slices the mask_slices stage masked", "lower"),
     "registration_similarity": ("reg. similarity", "correlation of the registered scan with the template inside its brain", "higher"),
     "registration_overlap": ("reg. overlap", "share of the template's brain covered by the registered scan", "higher"),
-    "head_scale": ("head size", "size of the brain relative to the template's (the registration's isotropic scale; adults 0.82-1.18x MNI)", "-"),
+    "head_scale": ("head size", "size of the brain relative to the template's (the cube root of the registration's affine determinant; adults 0.82-1.18x MNI)", "-"),
     "bias_ratio": ("bias field", "largest over smallest value of the receive field the registration divided out (N4, estimated on the 8 mm level)", "lower"),
     "skull_stripped": ("skull-stripped", "1 when no scalp lies where a head's scalp would be: the input was brain-extracted", "-"),
 }

@@ -1,6 +1,6 @@
-"""Register: rigid registration of a subject to a template, in float precision.
+"""Register: registration of a subject to a template, in float precision.
 
-The stage estimates the rigid transform that maps the template's world onto the subject's
+The stage estimates the transform that maps the template's world onto the subject's
 (``template_to_subject``, RAS+ mm) and does not resample: it stores the transform in
 ``Volume.pending`` with the template's grid, and the resample stage applies transform and
 change of grid in one interpolation.
@@ -31,12 +31,16 @@ How it is fast and accurate
 * **Sampling.** ``sampling_fraction`` of the fixed mask's voxels, drawn once per level
   with ``seed``: the cost function is deterministic, so the step-halving optimiser
   converges to 1 um steps.
-* **The head's size, and N4.** Adult heads span about 0.82-1.18x MNI size: the search
-  tries the template brain at several sizes, the pose is optimised rigidly on every
-  level and the size (an isotropic scale) after it, and the checks judge the fit at the
-  subject's size. The output applies the rigid part (``transform="rigid"``) or the fit
-  (``"similarity"``). A receive field of up to 10x over the head (a surface coil, 7T) is
-  divided out by N4 on the 8 mm level before the search; the cached image is untouched.
+* **The head's size and shape, and N4.** Adult heads span about 0.82-1.18x MNI size,
+  and their proportions differ by about 15%: the search tries the template brain at
+  several sizes, the pose is optimised rigidly on every level, then a 12-parameter
+  affine on the finest level (by correlation: see
+  :mod:`~mriprep.stages.registration.sitk_backend`), and the checks judge the fit at the
+  subject's own size and shape. The output applies the rigid part
+  (``transform="rigid"``), the rigid part with the isotropic size (``"similarity"``) or
+  the whole fit (``"affine"``). A receive field of up to 10x over the head (a surface
+  coil, 7T) is divided out by N4 on the 8 mm level before the search; the cached image
+  is untouched.
 
 Accuracy, time and the ranges of every check on the calibration set and its population
 (:mod:`mriprep.demo.calibration`, :mod:`mriprep.demo.population`) are printed by
@@ -131,6 +135,7 @@ from mriprep.stages.registration.template import (
     template_brain_points,
     template_scalp,
     template_search_windows,
+    template_shape_level,
     template_tilted_windows,
 )
 
@@ -142,6 +147,14 @@ __all__ = ["RegisterParams", "RegistrationResult", "prepare_template", "register
 TRANSFORM_FILE = "transform.tfm"
 
 _BACKENDS = {"sitk": register_sitk, "ants": register_ants}
+# The metric mask of the fit's affine part: the template brain shrunk by 10 mm (see
+# template_shape_level). The brain's edge is where a whole head and its skull-stripped
+# copy differ; how far apart their transforms land, by margin (2026-12-02, mean mm,
+# synthetic people's BET-like copies / the real Colin27 ch2 against ch2bet): +5 mm
+# 0.56-0.64 / -, 0 0.23 / -, -3 0.12 / -, -5 0.08-0.10 / 0.20-0.24, -8 0.06-0.09 /
+# 0.13-0.16, -10 0.05 / 0.10-0.11, -12 0.05 / 0.15. Consistency across poses was best
+# at -10 too (0.01-0.02 mm on Colin27).
+SHAPE_MARGIN_MM = -10.0
 
 
 def prepare_template(params: RegisterParams) -> None:
@@ -161,10 +174,11 @@ def _template_pyramid_for(params: RegisterParams):
 
 
 def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResult:
-    """Rigidly register ``volume`` to ``params.template``; no resampling.
+    """Register ``volume`` to ``params.template`` (pose, then size and shape); no
+    resampling.
 
     The steps: the subject's levels (search level, then the registration levels); the
-    head's size; the global search over orientations and positions; a short
+    head's length; the global search over orientations and positions; a short
     registration on the coarsest level from each of the best ``search_candidates``,
     ranked by mutual information; the backend's registration from the best; the
     post-checks' similarity, overlap and rotation. Nothing is judged here:
@@ -226,8 +240,11 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
             - centre_of_mass(fixed[0].data, fixed[0].affine)
         )
         details["search_orientations"] = None
+    shape_fixed = template_shape_level(params.template, params.levels, params.bias_sigma_mm,
+                                       params.brain_margin_mm, SHAPE_MARGIN_MM,
+                                       params.template_brain_mask)
     backend = _BACKENDS[params.backend]
-    found = backend(fixed, moving, ras_to_lps(initial), centre_lps, params)
+    found = backend(fixed, moving, shape_fixed, ras_to_lps(initial), centre_lps, params)
     fitted = ras_to_lps(found.transform_lps)
     share = scalp_share(raw[-1], template_scalp(params.template, params.levels[-1],
                                                 params.template_brain_mask),
@@ -235,7 +252,7 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
                         fitted)
     details["scalp_share"] = None if share is None else round(share, 3)
     details["skull_stripped"] = share is not None and share < STRIPPED_SCALP_SHARE
-    rotation, head_scale, _ = decompose_linear(fitted)
+    rotation, head_scale, axis_scales = decompose_linear(fitted)
     # The checks judge the fit, at the subject's own size: a rigid fit of a small head
     # correlates with the template as poorly as a failure does.
     similarity, overlap = similarity_and_overlap(fixed[-1], brains[-1], moving[-1], fitted)
@@ -247,6 +264,7 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
         template_to_subject=template_to_subject,
         fitted=fitted,
         head_scale=head_scale,
+        head_axis_scales=tuple(float(a) for a in axis_scales),
         itk_type=itk_type,
         itk_parameters=tuple(float(p) for p in itk_transform.GetParameters()),
         itk_fixed_parameters=tuple(float(p) for p in itk_transform.GetFixedParameters()),
@@ -354,7 +372,8 @@ def _entry_files(params: RegisterParams, volume: Volume) -> dict[str, str]:
 @stage("register", RegisterParams, template_fields=("template", "template_brain_mask"),
        hands_over_transform=True, entry_meta=_entry_meta, entry_files=_entry_files)
 def register(volume: Volume, params: RegisterParams) -> StageOutput:
-    """Estimate the rigid template-to-subject transform; hand it to resample.
+    """Estimate the template-to-subject transform (rigid by default); hand it to
+    resample.
 
     Returns
     -------
@@ -374,7 +393,8 @@ def register(volume: Volume, params: RegisterParams) -> StageOutput:
     result = register_volume(volume, params)
     measures = {**result.details, "similarity": result.similarity, "overlap": result.overlap,
                 "rotation": decompose_linear(result.fitted)[0],
-                "head_scale": result.head_scale}
+                "head_scale": result.head_scale,
+                "head_axis_scales": result.head_axis_scales}
     failure = diagnose(measures, params.limits, params.template)
     if failure is not None:
         raise StageError("register", failure.reason, volume.name,

@@ -86,6 +86,9 @@ def tiny_cache(tmp_path_factory) -> TinyCache:
     for split, (sid, (shape, spacing, pose, turn)) in zip(("train", "test"), specs.items()):
         path, native_affine = _native(root, sid, shape, spacing, pose)
         t2s = turn.copy()
+        if sid == "sub-b":  # registered with `transform: affine`: sizes and a shear
+            t2s[:3, :3] = t2s[:3, :3] @ np.array([[1.08, 0.04, 0.0], [0.0, 0.93, -0.03],
+                                                  [0.02, 0.0, 0.97]])
         t2s[:3, 3] = [2.0, -3.0, 1.0]
         sha = sha256_file(path)
         key = entry_key(sid, "", {"image": sha}, PIPELINE_HASH)

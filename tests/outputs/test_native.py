@@ -33,16 +33,18 @@ def _inside(coords, shape, margin=0.0):
     return np.all((coords >= margin) & (coords <= np.array(shape) - 1 - margin), axis=1)
 
 
-def test_a_linear_function_of_the_template_world_comes_back_exactly(tiny_cache):
+@pytest.mark.parametrize("subject_id", ["sub-a", "sub-b"])
+def test_a_linear_function_of_the_template_world_comes_back_exactly(tiny_cache, subject_id):
     """Linear interpolation reproduces a linear function: at every native voxel the
     output must be the function of the template point that voxel shows, which holds
-    only if the map goes through template_to_subject the right way round."""
-    sub = tiny_cache.subjects["sub-a"]
+    only if the map goes through template_to_subject the right way round (sub-a's is
+    rigid, sub-b's an affine with its own sizes and a shear)."""
+    sub = tiny_cache.subjects[subject_id]
     ijk = np.indices(tiny_cache.shape).reshape(3, -1).T
     world = ijk @ tiny_cache.affine[:3, :3].T + tiny_cache.affine[:3, 3]
     weights = np.array([0.7, -1.3, 2.1])
     prediction = (world @ weights + 5.0).reshape(tiny_cache.shape).astype(np.float32)
-    img = to_native(tiny_cache.root, "sub-a", prediction, kind="image")
+    img = to_native(tiny_cache.root, subject_id, prediction, kind="image")
     out = np.asarray(img.dataobj).reshape(-1)
     coords, template = _native_to_cache(tiny_cache, sub)
     inside = _inside(coords, tiny_cache.shape, 1e-3)

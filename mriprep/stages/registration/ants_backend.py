@@ -1,6 +1,7 @@
-"""The ANTs backend: ``antsRegistration`` (a Similarity transform: rigid plus the head's
-size; Mattes MI, ``--float 1``) through ANTsPy, on the finest prepared level, shrinking
-inside ANTs for the coarser ones.
+"""The ANTs backend: ``antsRegistration`` through ANTsPy (``--float 1``), on the finest
+prepared level, shrinking inside ANTs for the coarser ones. The same two parts as the
+SimpleITK backend: a Rigid stage over every level (Mattes MI), then an Affine stage on
+the finest level (global correlation, ANTs' ``GC``) for the head's size and shape.
 
 ANTs writes its transform to a file and its iteration log to stdout: a private
 temporary folder, removed on return, receives both (the log is parsed for iteration
@@ -37,13 +38,15 @@ _ANTS_ROW = re.compile(r"^\s*\d*DIAGNOSTIC,\s*(\d+),\s*([-+0-9.eE]+)")
 
 
 def register_ants(
-    fixed: tuple[Level, ...], moving: list[Level], initial_lps: np.ndarray,
-    centre_lps: np.ndarray, params: RegisterParams
+    fixed: tuple[Level, ...], moving: list[Level], shape_fixed: Level,
+    initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams
 ) -> BackendResult:
-    """One antsRegistration call over all levels (shrink factors and smoothing).
+    """One antsRegistration call: the Rigid stage over all levels (shrink factors and
+    smoothing), then the Affine stage on the finest.
 
-    Details: ``stop_conditions`` (one per level) and ``ants_threads``, the ITK thread
-    count ANTs runs with.
+    Details: ``stop_conditions`` (one per level of each stage), ``ants_threads``, the
+    ITK thread count ANTs runs with, and ``shape_correlation``, the Affine stage's final
+    metric.
     """
     ants, threads = import_ants(params.threads)
     from ants.internal import get_pointer_string
@@ -65,10 +68,10 @@ def register_ants(
         moving_mask = ants_image(
             finest_moving.mask.astype(np.float32), finest_moving.affine
         ) != 0
-    masks = "[{},{}]".format(
-        get_pointer_string(fixed_mask),
-        "NA" if moving_mask is None else get_pointer_string(moving_mask),
-    )
+    shape_mask = ants_image(shape_fixed.mask.astype(np.float32), shape_fixed.affine) != 0
+    moving_pointer = "NA" if moving_mask is None else get_pointer_string(moving_mask)
+    masks = f"[{get_pointer_string(fixed_mask)},{moving_pointer}]"
+    shape_masks = f"[{get_pointer_string(shape_mask)},{moving_pointer}]"
     f, m = get_pointer_string(fixed_image), get_pointer_string(moving_image)
     with tempfile.TemporaryDirectory(prefix="mriprep-ants-") as folder:
         initial_path = os.path.join(folder, "initial.mat")
@@ -84,7 +87,7 @@ def register_ants(
             "--output", prefix, "--interpolation", "Linear",
             "--use-histogram-matching", "0", "--winsorize-image-intensities", "[0,1]",
             "--initial-moving-transform", initial_path,
-            "--transform", "Similarity[0.25]",
+            "--transform", "Rigid[0.25]",
             "--metric", f"MI[{f},{m},1,{params.histogram_bins},Random,"
                         f"{params.sampling_fraction}]",
             "--convergence", "[" + "x".join([str(params.max_iterations)] * len(fixed))
@@ -92,6 +95,11 @@ def register_ants(
             "--shrink-factors", "x".join(str(s) for s in shrink),
             "--smoothing-sigmas", "x".join(f"{s:.4g}" for s in sigmas) + "mm",
             "--masks", masks,
+            "--transform", "Affine[0.1]",
+            "--metric", f"GC[{f},{m},1,1,Random,{params.sampling_fraction}]",
+            "--convergence", f"[{params.max_iterations},1e-6,10]",
+            "--shrink-factors", "1", "--smoothing-sigmas", "0mm",
+            "--masks", shape_masks,
             "--random-seed", str(params.seed), "--verbose", "1",
         ]
         with _ANTS_LOCK, captured_stdout(folder) as log:
@@ -103,9 +111,13 @@ def register_ants(
         "maximum number of iterations reached" if n >= params.max_iterations
         else "convergence window slope below 1e-6" for n in iterations
     ]
-    value = diagnostics[-1][-1] if diagnostics and diagnostics[-1] else float("nan")
-    return BackendResult(lps, float(value), stops[-1] if stops else "unknown", iterations,
-                         {"stop_conditions": stops, "ants_threads": threads})
+    # The pose's mutual information on the finest level, as the sitk backend reports it.
+    pose = diagnostics[len(fixed) - 1] if len(diagnostics) >= len(fixed) else []
+    shape = diagnostics[len(fixed)] if len(diagnostics) > len(fixed) else []
+    return BackendResult(lps, float(pose[-1]) if pose else float("nan"),
+                         stops[-1] if stops else "unknown", iterations,
+                         {"stop_conditions": stops, "ants_threads": threads,
+                          "shape_correlation": round(float(shape[-1]), 4) if shape else None})
 
 
 def import_ants(threads: int):

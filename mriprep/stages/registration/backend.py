@@ -1,9 +1,11 @@
 """What a registration backend receives and returns.
 
-A backend is a function ``(fixed, moving, initial_lps, centre_lps, params) ->
-BackendResult``: ``fixed`` and ``moving`` are the template's and the subject's pyramid
-levels (coarse to fine, same spacings), ``initial_lps`` the starting template-to-subject
-4x4 and ``centre_lps`` the rotation centre, both in LPS, and ``params`` the stage's
+A backend is a function ``(fixed, moving, shape_fixed, initial_lps, centre_lps, params)
+-> BackendResult``: ``fixed`` and ``moving`` are the template's and the subject's pyramid
+levels (coarse to fine, same spacings), ``shape_fixed`` the template's finest level with
+the metric mask of the fit's affine part (the brain alone), ``initial_lps`` the starting
+template-to-subject 4x4 and ``centre_lps`` the rotation centre, both in LPS, and
+``params`` the stage's
 :class:`~mriprep.stages.register.RegisterParams`.
 """
 

@@ -10,10 +10,11 @@ its measured distribution on the calibration set (``make bench`` prints them):
     The length of the head (or brain) in the image, its largest principal extent,
     measured before any registration. A slab cut from a head keeps the head's length in
     its plane; a small brain is short in every direction.
-``head_scale``
-    The size of the registered brain relative to the template's, the fit's isotropic
-    scale. Adults span about 0.82-1.18x MNI size; a head shrunk to half, or a header
-    whose voxel sizes are off, lies far outside.
+``head_scale``, ``head_axis_scales``
+    The size of the registered brain relative to the template's: the fit's isotropic
+    scale (the cube root of its determinant) and its sizes along the fit's principal
+    axes. Adults span about 0.82-1.18x MNI size, and their proportions differ by about
+    15%; a head shrunk to half, or a header whose voxel sizes are off, lies far outside.
 ``search_best_ncc``
     How well the template brain correlates with the scan at the best orientation and
     position of the global search (:mod:`mriprep.stages.registration.search`): nothing that
@@ -53,11 +54,13 @@ from mriprep.stages.registration.search import nearest_orientation, rotation_ang
 # The lower limit sits between the head shrunk to 0.45 (135 mm: it keeps its neck) and an
 # adult brain alone at 0.82x MNI size (Colin27's: 149-153 mm); a margin of 7 mm each way.
 HUMAN_HEAD_LENGTH_MM = (142.0, 450.0)
-# The register stage's own length range: it also judges the brain's size by the fit's
-# scale (below), so its length check need only refuse what is far from human. Measured
-# (make bench, registration, 2026-12-02): good scans 186-372 mm (89; MP2RAGE noise in
-# the air counts as head), failures 84 (macaque) to 139 (the 0.45x head).
-REGISTER_HEAD_LENGTH_MM = (115.0, 450.0)
+# The register stage applies the same range. It used 115 mm while a similarity fit
+# judged the brain's size (the 0.45x head at 0.56-0.69x); the affine part of the fit
+# runs off on a head that small (sizes 1.84, 0.83 and 0.56 along its axes, similarity
+# -0.19), and the cause it then names is the field of view, not the size. Measured (make
+# bench, registration, 2026-12-02): good scans 186-372 mm (89; MP2RAGE noise in the air
+# counts as head), failures 84 (macaque) to 139 (the 0.45x head).
+REGISTER_HEAD_LENGTH_MM = HUMAN_HEAD_LENGTH_MM
 # The registered brain's size relative to MNI152's (the fit's isotropic scale). Adults
 # span about 0.82-1.18; the limits leave a margin of about 15% beyond them on each side.
 # Measured (make bench, registration, 2026-12-02): good scans 0.81-1.24 (89, sizes
@@ -211,7 +214,8 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
     ``measures`` holds ``head_length_mm`` and ``head_extents_mm`` (None when nothing is
     bright), ``search_orientations`` (orientations in which the template brain fits the
     field of view; None without a search) and ``search_best_ncc``, ``head_scale``
-    (the fit's size relative to the template's), ``overlap``, ``similarity``, and
+    (the fit's size relative to the template's), ``head_axis_scales`` (its sizes along
+    the fit's principal axes), ``overlap``, ``similarity``, and
     ``rotation`` (3x3). NaN similarity or overlap fails: the check
     could not be made.
     """
@@ -232,11 +236,7 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
             "another species' brain"))
     scale = measures.get("head_scale")
     if scale is not None and not limits.min_head_scale <= scale <= limits.max_head_scale:
-        return Failure("head_size", (
-            f"the brain in the image registers to template {template!r} at {scale:.2f}x "
-            f"its size, outside {limits.min_head_scale:g}-{limits.max_head_scale:g}x (adult "
-            "human brains are 0.82-1.18x MNI size): this is not an adult human head, or the "
-            "voxel sizes in its header are wrong"))
+        return Failure("head_size", head_scale_reason(scale, (), limits, template))
     if measures.get("search_orientations") == 0:
         return Failure("field_of_view", (
             "the template brain fits the scan's valid field of view in no orientation "
@@ -261,6 +261,12 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
             f"min_similarity={limits.min_similarity:g} (other people's T1 scans score "
             "0.6-0.7); it may be of another contrast (T2, FLAIR, PD), a phantom, or too "
             "corrupted to register"))
+    # After the field of view and the similarity: the affine part stretches the fit of
+    # a slab along the axis it lacks, and of a scan that is no T1 anywhere.
+    axes = tuple(measures.get("head_axis_scales") or ())
+    if axes and not (limits.min_head_scale <= min(axes)
+                     and max(axes) <= limits.max_head_scale):
+        return Failure("head_size", head_scale_reason(scale, axes, limits, template))
     rotation = np.asarray(measures["rotation"])
     angle = rotation_angle_deg(rotation)
     if angle > limits.max_rotation_deg:
@@ -270,6 +276,19 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
             f"{describe_orientation_error(rotation)} Fix the header (or the converter "
             "that wrote it) and run it again"))
     return None
+
+
+def head_scale_reason(scale: float | None, axes, limits: Limits, template: str) -> str:
+    """Why a brain registered at ``scale`` (``axes``: along its principal axes, or
+    empty) is refused."""
+    along = ("" if not axes else " (along its principal axes "
+             + ", ".join(f"{a:.2f}" for a in axes) + "x)")
+    size = "" if scale is None else f" at {scale:.2f}x its size"
+    return (
+        f"the brain in the image registers to template {template!r}{size}{along}, "
+        f"outside {limits.min_head_scale:g}-{limits.max_head_scale:g}x (adult human brains "
+        "are 0.82-1.18x MNI size, and their proportions differ by about 15%): this is not "
+        "an adult human head, or the voxel sizes in its header are wrong")
 
 
 def head_length_reason(length: float, extents, human_range) -> str:

@@ -210,8 +210,11 @@ def output_transform(fitted: np.ndarray, centre: np.ndarray, model: str) -> np.n
     ``"rigid"``: the fit's rotation, placed so that ``centre`` (the template brain's
     centre, RAS mm) lands where the fit puts it: the subject's anatomy keeps its own
     size. ``"similarity"``: the rotation and the isotropic scale about that centre.
+    ``"affine"``: the fit itself.
     """
     fitted = np.asarray(fitted, dtype=np.float64)
+    if model == "affine":
+        return fitted.copy()
     rotation, scale, _ = decompose_linear(fitted)
     linear = rotation if model == "rigid" else scale * rotation
     out = np.eye(4)

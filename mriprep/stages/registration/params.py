@@ -15,7 +15,10 @@ import numpy as np
 from mriprep.core.errors import PipelineConfigError
 from mriprep.stages.registration.checks import HEAD_SCALE_RANGE, REGISTER_HEAD_LENGTH_MM, Limits
 
-__all__ = ["RegisterParams", "RegistrationResult"]
+__all__ = ["OUTPUT_TRANSFORMS", "RegisterParams", "RegistrationResult"]
+
+# What the output may apply of the fit (RegisterParams.transform).
+OUTPUT_TRANSFORMS = ("rigid", "similarity", "affine")
 
 
 @dataclass(frozen=True)
@@ -25,17 +28,21 @@ class RegisterParams:
     Attributes
     ----------
     backend : {"sitk", "ants"}
-        ``"sitk"``: SimpleITK, Euler3D on every level then Similarity3D on every level,
-        Mattes mutual information, regular step gradient descent. ``"ants"``:
-        ``ants.registration`` (antsRegistration, Similarity transform, Mattes MI,
-        ``--float 1``) on the same prepared images and masks.
-    transform : {"rigid", "similarity"}
-        What the output applies of the fit. The fit always estimates the head's size (an
-        isotropic scale, 7 degrees of freedom), since another person's brain overlaps
-        the template only at its own size. ``"rigid"`` (the default) keeps the subject's
-        anatomy at its own size: the rotation of the fit, placed so that the template
-        brain's centre lands where the fit puts it. ``"similarity"`` brings the brain to
-        the template's size.
+        ``"sitk"``: SimpleITK, Euler3D on every level (Mattes mutual information), then a
+        12-parameter affine on the finest level (correlation), regular step gradient
+        descent. ``"ants"``: ``ants.registration`` (antsRegistration: a Rigid stage by
+        Mattes MI, then an Affine stage by global correlation, ``--float 1``) on the same
+        prepared images and masks.
+    transform : {"rigid", "similarity", "affine"}
+        What the output applies of the fit. The fit always estimates the head's size and
+        proportions (an affine, 12 degrees of freedom), since another person's brain
+        overlaps the template only at its own size and shape. ``"rigid"`` (the default)
+        keeps the subject's anatomy as it is: the rotation of the fit (its polar
+        factor), placed so that the template brain's centre lands where the fit puts it.
+        ``"similarity"`` also applies the fit's isotropic size (the cube root of its
+        determinant), so that every brain has the template's volume; ``"affine"``
+        applies the whole fit, so that every brain has the template's size and
+        proportions.
     template : str
         The built-in template name (``"mni152"``) or the path of a template image.
     template_brain_mask : str or None
@@ -83,15 +90,16 @@ class RegisterParams:
         Plausible lengths of a human head or brain in the image (its largest principal
         extent), checked before registration.
     min_head_scale, max_head_scale : float
-        Plausible sizes of the registered brain relative to the template's (the fit's
-        isotropic scale).
+        Plausible sizes of the registered brain relative to the template's, along each of
+        the fit's principal axes (its singular values; their geometric mean is the
+        ``head_scale`` metric).
     min_search_ncc : float
         An image in which the template brain correlates less than this with the scan at
         every orientation and position of the search holds no brain.
     """
 
     backend: Literal["sitk", "ants"] = "sitk"
-    transform: Literal["rigid", "similarity"] = "rigid"
+    transform: Literal["rigid", "similarity", "affine"] = "rigid"
     template: str = "mni152"
     template_brain_mask: str | None = None
     threads: int = 1
@@ -159,9 +167,10 @@ class RegisterParams:
             problems.append(
                 f"head scale limits must satisfy 0 < min < 1 < max, got "
                 f"{self.min_head_scale} and {self.max_head_scale}")
-        if self.transform not in ("rigid", "similarity"):
+        if self.transform not in OUTPUT_TRANSFORMS:
             problems.append(
-                f"transform must be rigid or similarity, got {self.transform!r}")
+                f"transform must be one of {', '.join(OUTPUT_TRANSFORMS)}, got "
+                f"{self.transform!r}")
         if not -1 <= self.min_search_ncc <= 1:
             problems.append(
                 f"min_search_ncc is a correlation and must lie in [-1, 1], got "
@@ -201,7 +210,9 @@ class RegistrationResult:
     ``template_to_subject`` is what the output applies (RAS+, nibabel's convention, the
     one Volume uses): the fit's rigid part, or the fit itself (see
     :attr:`RegisterParams.transform`). ``fitted`` is the whole fit, with the head's
-    size; ``head_scale`` that size relative to the template's. ``itk_type`` and
+    size and proportions; ``head_scale`` that size relative to the template's (the cube
+    root of the fit's determinant) and ``head_axis_scales`` the sizes along the fit's
+    principal axes, largest first. ``itk_type`` and
     ``itk_parameters``/``itk_fixed_parameters`` describe ``template_to_subject`` as an
     ITK transform in LPS (``Euler3DTransform`` when rigid, else ``AffineTransform``),
     from which a ``.tfm`` file can be rebuilt.
@@ -210,6 +221,7 @@ class RegistrationResult:
     template_to_subject: np.ndarray
     fitted: np.ndarray
     head_scale: float
+    head_axis_scales: tuple[float, float, float]
     itk_type: str
     itk_parameters: tuple[float, ...]
     itk_fixed_parameters: tuple[float, ...]
@@ -230,6 +242,7 @@ class RegistrationResult:
             "template_to_subject": self.template_to_subject.tolist(),
             "fitted_template_to_subject": self.fitted.tolist(),
             "head_scale": round(self.head_scale, 4),
+            "head_axis_scales": [round(s, 4) for s in self.head_axis_scales],
             "itk_transform": {
                 "type": self.itk_type,
                 "convention": "LPS, maps template points to subject points",

@@ -135,6 +135,30 @@ def template_pyramid(
 
 
 @functools.lru_cache(maxsize=4)
+def template_shape_level(template: str, levels: tuple[float, ...], bias_sigma_mm: float,
+                         pyramid_margin_mm: float, margin_mm: float,
+                         brain_mask: str | None = None) -> Level:
+    """The template's finest level with the metric mask of the fit's affine part: the
+    brain grown by ``margin_mm`` (shrunk where negative).
+
+    The brain's edge is what a whole head and its skull-stripped copy do not share
+    (skull, scalp and CSF against the zeros and the cut cortex of a brain extraction),
+    so the head's size and shape are fitted on the brain's interior (the register stage
+    sets the margin, with its measured effect). The other arguments name the (cached)
+    pyramid it comes from.
+    """
+    fixed, brains, _ = template_pyramid(template, levels, bias_sigma_mm, pyramid_margin_mm,
+                                        brain_mask)
+    finest, brain = fixed[-1], brains[-1]
+    sampling = voxel_sizes(finest.affine)
+    if margin_mm >= 0:
+        mask = ndimage.distance_transform_edt(~brain, sampling=sampling) <= margin_mm
+    else:
+        mask = ndimage.distance_transform_edt(brain, sampling=sampling) > -margin_mm
+    return Level(finest.data, finest.affine, mask, finest.spacing_mm)
+
+
+@functools.lru_cache(maxsize=4)
 def template_scalp(template: str, spacing_mm: float, brain_mask: str | None = None,
                    band_mm: tuple[float, float] = (8.0, 18.0)) -> np.ndarray:
     """RAS+ points (mm) where a head's scalp lies above the template's brain: ``band_mm``
