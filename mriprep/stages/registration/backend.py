@@ -26,3 +26,14 @@ class BackendResult:
     stop_condition: str
     iterations: list[int]
     details: dict[str, Any] = field(default_factory=dict)
+
+
+def pose_levels(n_levels: int) -> range:
+    """The levels (indices, coarse to fine) the rigid pose is fitted on: all but the
+    finest, where the affine part refines it, or the one level there is.
+
+    A rigid pass on the finest level before the affine changed nothing measurable
+    (consistency 0.045 against 0.047 mm mean on 12 scans) and cost 1.3-1.5 s a scan:
+    docs/benchmarks.md, section "registration".
+    """
+    return range(max(n_levels - 1, 1))

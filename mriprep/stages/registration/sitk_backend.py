@@ -4,19 +4,21 @@ level.
 The fit has two parts:
 
 1. **The pose**, rigidly (Euler3D, 6 parameters, Mattes mutual information) on every
-   level, from a start that already holds the search's estimate of the head's size.
+   level but the finest (:func:`~mriprep.stages.registration.backend.pose_levels`), from
+   a start that already holds the search's estimate of the head's size.
 2. **The head's size and shape**, a 12-parameter affine (ITK's ``AffineTransform``) on
-   the finest level over the brain's interior (``shape_fixed``), started from the pose,
-   with the correlation of the two images as its metric. Adults' heads differ in size by about 15% either way and in their
-   proportions (length, width, height) by about 10%: another person's brain overlaps
-   the template's only at its own size and shape, which is what the checks judge.
+   the finest level over the brain's interior (``shape_fixed``), started from the
+   pose, with the correlation of the two images as its metric. Adults' heads differ in
+   size by about 15% either way and in their proportions (length, width, height) by
+   about 10%: another person's brain overlaps the template's only at its own size and
+   shape, which is what the checks judge.
 
 Why these metrics: both images are T1-weighted and bias-flattened when the affine part
 runs, so their voxels relate linearly, and correlation is what the checks' similarity
 measures. With Mattes MI the 12 parameters collapsed one axis of good scans (singular
 values down to 0.12, similarity from 0.80 down to 0.03), and a 7-parameter similarity
 pass between the two parts ran off from the rigid pose (to 176 degrees on a synthetic
-person when it followed the coarse level alone): a rigid pose, then the affine by
+person when it followed the coarse level alone). A rigid pose, then the affine by
 correlation, lands every case measured (docs/benchmarks.md, section "registration").
 """
 
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mriprep.stages.registration.backend import BackendResult
+from mriprep.stages.registration.backend import BackendResult, pose_levels
 from mriprep.stages.registration.geometry import matrix_from_sitk, ras_to_lps, sitk_image
 from mriprep.stages.registration.pyramid import Level
 
@@ -43,15 +45,15 @@ def register_sitk(
     fixed: tuple[Level, ...], moving: list[Level], shape_fixed: Level,
     initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams
 ) -> BackendResult:
-    """The pose level by level, each level starting from the previous one's transform;
-    then the affine on the finest level.
+    """The pose level by level (all but the finest), each level starting from the
+    previous one's transform; then the affine on the finest level.
 
     The start is a fixed moving-initial transform, and the optimiser moves a transform
     composed with it from the identity: a start turned by a quarter turn about the
     left-right axis would otherwise put Euler angles at their singular point (gimbal
     lock), where the optimiser stalls. The result's metric value is the pose's mutual
-    information on the finest level. Details: ``stop_conditions`` and ``level_seconds``,
-    one per level for the pose, then one for the affine, and ``shape_correlation``, the
+    information on its last level. Details: ``stop_conditions`` and ``level_seconds``,
+    one per pose level, then one for the affine, and ``shape_correlation``, the
     affine's final metric (ITK's correlation metric, -1 at a perfect fit).
     """
     pin_sitk_threads(params.threads)
@@ -67,8 +69,8 @@ def register_sitk(
         return value
 
     pose = _identity(centre_lps, "rigid")
-    for fixed_level, moving_level in zip(fixed, moving):
-        pose_value = run(fixed_level, moving_level, initial_lps, pose, POSE_METRIC)
+    for index in pose_levels(len(fixed)):
+        pose_value = run(fixed[index], moving[index], initial_lps, pose, POSE_METRIC)
     found = _composed(initial_lps, pose)
     shape = _identity(centre_lps, "affine")
     shape_value = run(shape_fixed, moving[-1], found, shape, SHAPE_METRIC)
