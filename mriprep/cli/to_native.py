@@ -1,5 +1,6 @@
 """``mriprep to-native CACHE SUBJECT PREDICTION -o OUT``: a prediction on the cache grid
-mapped onto the subject's native scan (see :mod:`mriprep.outputs.native`).
+mapped onto the subject's native scan (see :mod:`mriprep.outputs.native`); with
+``--classes TABLE``, a network's classes written back as FreeSurfer's label numbers.
 
 Exit status: 0 the image was written, 2 usage error (no such cache or subject, a
 prediction off the cache grid, a native scan that is gone or changed, OUT exists).
@@ -45,6 +46,15 @@ def add_parser(subparsers) -> None:
     p.add_argument("--native", metavar="PATH",
                    help="where the native scan is now, if it moved since it was cached "
                         "(it must be the same file: its SHA-256 is checked)")
+    p.add_argument("--classes", metavar="TABLE",
+                   help="the prediction holds a network's classes 0..C-1 of this lookup "
+                        "table (FreeSurfer LUT .txt, FastSurfer ColorLUT .tsv, or 'dkt' "
+                        "for the shipped FastSurfer DKT table): write FreeSurfer's label "
+                        "numbers instead (labels only)")
+    p.add_argument("--view", choices=("axial", "coronal", "sagittal"), default="axial",
+                   help="with --classes: the view whose class list the network predicts "
+                        "(default: axial; sagittal classes stand for the right-hemisphere "
+                        "or left-cortex label of a merged pair)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=run)
 
@@ -64,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.cache).is_dir():
         raise CacheError(f"cache folder {args.cache} does not exist; pass the folder given "
                          "to `mriprep run -o`")
+    if args.classes is not None and args.kind != "label":
+        raise InputError("--classes maps a label map's classes; drop it with --kind image")
     cache = Cache(args.cache)
     prediction = read_prediction(Path(args.prediction))
+    if args.classes is not None:
+        prediction = as_freesurfer_labels(prediction, args.classes, args.view,
+                                          Path(args.prediction))
     img = to_native(cache, args.subject, prediction, session_id=args.session, kind=args.kind,
                     interpolation=args.interpolation, native_path=args.native)
     try:
@@ -74,6 +89,28 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"cannot write {out}: {exc}; choose a writable place for -o") from exc
     print(f"{args.kind} on the native grid {img.shape}: {out}")
     return ExitCode.OK
+
+
+def as_freesurfer_labels(prediction, table_name: str, view: str, path: Path):
+    """A prediction of classes (array or nibabel image) with FreeSurfer's numbers."""
+    import nibabel as nib
+    import numpy as np
+
+    from mriprep.training.labels import dkt_table, load_table
+
+    table = dkt_table() if table_name == "dkt" else load_table(table_name)
+    image = isinstance(prediction, nib.spatialimages.SpatialImage)
+    classes = np.asarray(prediction.dataobj if image else prediction)
+    if not np.issubdtype(classes.dtype, np.integer):
+        if not (np.isfinite(classes).all() and np.array_equal(classes, np.round(classes))):
+            raise InputError(f"prediction {path} holds non-integer values; --classes needs "
+                             "the predicted class of each voxel (argmax of the logits)")
+    try:
+        labels = table.to_freesurfer(classes.astype(np.int64), view)
+    except ValueError as exc:
+        raise InputError(f"prediction {path}: {exc} of table {table_name!r}; give the "
+                         "table and --view the network was trained with") from exc
+    return nib.Nifti1Image(labels, prediction.affine) if image else labels
 
 
 def read_prediction(path: Path):

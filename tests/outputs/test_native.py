@@ -171,6 +171,34 @@ def test_the_cli_writes_the_native_image(tiny_cache, tmp_path, capsys):
     assert nib.load(mgz).shape == sub.native_shape
 
 
+def test_the_cli_writes_a_networks_classes_as_freesurfer_labels(tiny_cache, tmp_path,
+                                                                  capsys):
+    """``--classes dkt``: classes 0..78 of FastSurfer's DKT table come back as its
+    FreeSurfer numbers, voxel for voxel where plain to-native puts the classes."""
+    from mriprep.training.labels import dkt_table
+
+    table = dkt_table()
+    rng = np.random.default_rng(4)
+    classes = rng.integers(0, table.num_classes("axial"), tiny_cache.shape).astype(np.int16)
+    prediction = tmp_path / "classes.npy"
+    np.save(prediction, classes)
+    plain, mapped = tmp_path / "plain.nii.gz", tmp_path / "aparc.nii.gz"
+    base = ["to-native", str(tiny_cache.root), "sub-a", str(prediction)]
+    assert cli_main(base + ["-o", str(plain)]) == 0
+    assert cli_main(base + ["-o", str(mapped), "--classes", "dkt"]) == 0
+    plain_data = np.asarray(nib.load(plain).dataobj)
+    mapped_data = np.asarray(nib.load(mapped).dataobj)
+    inside = plain_data != 0  # class 0 and the outside both stay 0 (Unknown)
+    np.testing.assert_array_equal(mapped_data, table.class_ids("axial")[plain_data])
+    assert inside.any() and mapped_data.max() > 1000  # cortical parcels: ctx-lh-*
+    np.save(prediction, np.full(tiny_cache.shape, 79, np.int16))  # one class too many
+    assert cli_main(base + ["-o", str(mapped), "--classes", "dkt", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "0..78" in err and "'dkt'" in err and "--view" in err
+    assert cli_main(base + ["-o", str(mapped), "--classes", "dkt", "--kind", "image",
+                            "--force"]) == 2
+
+
 # -- the demo cohort: labels and images there and back ---------------------------------
 
 # Measured Dice per label (CSF, GM, WM) of native label map -> cache -> to_native, over
