@@ -20,12 +20,14 @@ its measured distribution on the calibration set (``make bench`` prints them):
     position of the global search (:mod:`mriprep.stages.registration.search`): nothing that
     is not a head scores high.
 ``overlap``
-    The share of the template brain that lands on valid voxels of the registered scan.
-    A whole head keeps 0.97-1.0 (0.95 with the vertex cut off), a 40 mm slab 0.3-0.4.
+    The share of the template brain that lands on valid voxels of the scan, the brain
+    placed rigidly where the fit puts it (as the default output places it). Whole heads,
+    the vertex or chin cut off included, keep 0.99-1.0; slabs and a top third 0.37-0.61.
 ``similarity``
-    The correlation of template and registered scan over the template brain, on 2 mm
-    grids, bias fields divided out. Other people's T1 scans: 0.6-0.7; noise, phantoms
-    and wrong poses below 0.25; inverted (T2-like) contrast negative at the right pose.
+    The correlation of template and registered scan over the template brain, at the
+    fit's size and shape, on 2 mm grids, bias fields divided out. Other people's T1
+    scans: 0.62-0.83; noise, phantoms, slabs and wrong poses below 0.35; inverted
+    (T2-like) contrast near or below 0.
 ``rotation_deg``
     How far the registration turned the scan from its header's orientation. Heads lie
     in scanners within about 30 degrees of upright; a header that is wrong by a quarter
@@ -61,10 +63,13 @@ HUMAN_HEAD_LENGTH_MM = (142.0, 450.0)
 # bench, registration, 2026-12-02): good scans 186-372 mm (89; MP2RAGE noise in the air
 # counts as head), failures 84 (macaque) to 139 (the 0.45x head).
 REGISTER_HEAD_LENGTH_MM = HUMAN_HEAD_LENGTH_MM
-# The registered brain's size relative to MNI152's (the fit's isotropic scale). Adults
-# span about 0.82-1.18; the limits leave a margin of about 15% beyond them on each side.
-# Measured (make bench, registration, 2026-12-02): good scans 0.81-1.24 (89, sizes
-# 0.82-1.18 of people themselves 0.9-1.08); the 0.45x head 0.56-0.69.
+# The registered brain's size relative to MNI152's, overall (the cube root of the fit's
+# determinant) and along each principal axis of the fit. Adults span about 0.82-1.18
+# overall and differ in proportions by about 15%; the limits leave a margin beyond that.
+# Measured (make bench, registration, 2026-12-02, the affine fit): good scans 0.81-1.23
+# overall, 0.79-1.27 along an axis (94: sizes 0.82-1.18 and per-axis 0.85-1.15 of
+# people themselves 0.9-1.08); failures 0.42-1.71 along an axis, but those the head's
+# length, the field of view or the similarity refuse first.
 HEAD_SCALE_RANGE = (0.7, 1.4)
 
 # Principal extent of a uniform solid along an axis of variance v: 2 * sqrt(5 v) for an
@@ -215,9 +220,10 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
     bright), ``search_orientations`` (orientations in which the template brain fits the
     field of view; None without a search) and ``search_best_ncc``, ``head_scale``
     (the fit's size relative to the template's), ``head_axis_scales`` (its sizes along
-    the fit's principal axes), ``overlap``, ``similarity``, and
-    ``rotation`` (3x3). NaN similarity or overlap fails: the check
-    could not be made.
+    the fit's principal axes), ``overlap``, ``similarity``, and ``rotation`` (3x3). NaN
+    similarity or overlap fails: the check could not be made. The order: the head's
+    length, a brain anywhere, the field of view, the similarity, the fit's sizes, the
+    rotation.
     """
     length = measures.get("head_length_mm")
     if length is not None and not (
@@ -234,9 +240,6 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
             "0.55-0.85): it may be a scan of another contrast (T2, FLAIR, PD; this "
             "pipeline needs T1-weighted scans), a phantom, noise, another body part or "
             "another species' brain"))
-    scale = measures.get("head_scale")
-    if scale is not None and not limits.min_head_scale <= scale <= limits.max_head_scale:
-        return Failure("head_size", head_scale_reason(scale, (), limits, template))
     if measures.get("search_orientations") == 0:
         return Failure("field_of_view", (
             "the template brain fits the scan's valid field of view in no orientation "
@@ -259,13 +262,16 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
             f"the scan does not look like a T1-weighted brain: at the best pose its "
             f"similarity to template {template!r} is {similarity:.3f}, below "
             f"min_similarity={limits.min_similarity:g} (other people's T1 scans score "
-            "0.6-0.7); it may be of another contrast (T2, FLAIR, PD), a phantom, or too "
+            "0.62-0.83); it may be of another contrast (T2, FLAIR, PD), a phantom, or too "
             "corrupted to register"))
-    # After the field of view and the similarity: the affine part stretches the fit of
-    # a slab along the axis it lacks, and of a scan that is no T1 anywhere.
+    # The fit's sizes mean something once it resembles a brain: the affine part
+    # stretches the fit of a slab along the axis it lacks (0.42-0.54x), and that of a
+    # scan that is no T1 anywhere (a T2 scan: up to 1.71x).
+    scale = measures.get("head_scale")
     axes = tuple(measures.get("head_axis_scales") or ())
-    if axes and not (limits.min_head_scale <= min(axes)
-                     and max(axes) <= limits.max_head_scale):
+    sizes = [s for s in (scale, *axes) if s is not None]
+    if sizes and not (limits.min_head_scale <= min(sizes)
+                      and max(sizes) <= limits.max_head_scale):
         return Failure("head_size", head_scale_reason(scale, axes, limits, template))
     rotation = np.asarray(measures["rotation"])
     angle = rotation_angle_deg(rotation)
