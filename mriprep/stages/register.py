@@ -218,7 +218,7 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
     fixed, brains, centre = _template_pyramid_for(params)
     search = params.search_spacing_mm
     raw = build_levels(volume, ((search,) if search else ()) + params.levels)
-    raw, field_ratio = corrected_levels(raw)
+    raw, field_ratio = corrected_levels(raw, params.threads)
     moving = flattened(raw[1:] if search else raw, params.bias_sigma_mm)
     shape = head_shape(raw[0])
     details: dict[str, Any] = {
@@ -315,7 +315,8 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
     """
     template, spacing = params.template, params.search_spacing_mm
     mask = params.template_brain_mask
-    search = SubjectSearch(search_level, search_reach(template, spacing, mask))
+    search = SubjectSearch(search_level, search_reach(template, spacing, mask),
+                           workers=params.threads)
     coarse = search_poses(template_search_windows(template, spacing, mask), search, centre)
     details = {
         "search_orientations": len(coarse),

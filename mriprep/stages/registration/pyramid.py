@@ -213,7 +213,7 @@ _N4_HEAD_FRACTION = 0.02
 _N4_CONTINUE_RATIO = 3.0
 
 
-def _n4_log_field(level: Level, head: np.ndarray) -> np.ndarray:
+def _n4_log_field(level: Level, head: np.ndarray, threads: int) -> np.ndarray:
     """The log of the receive field N4 finds on ``level`` over ``head``."""
     import SimpleITK as sitk
 
@@ -224,7 +224,7 @@ def _n4_log_field(level: Level, head: np.ndarray) -> np.ndarray:
     n4.SetMaximumNumberOfIterations(list(_N4_ITERATIONS))
     n4.SetBiasFieldFullWidthAtHalfMaximum(_N4_FIELD_FWHM)
     n4.SetConvergenceThreshold(1e-6)
-    n4.SetNumberOfThreads(1)
+    n4.SetNumberOfThreads(threads)
     n4.Execute(image, sitk_image(head.astype(np.uint8), level.affine))
     return sitk.GetArrayFromImage(n4.GetLogBiasFieldAsImage(image)).T.astype(np.float64)
 
@@ -233,14 +233,14 @@ def _field_ratio(log_field: np.ndarray, head: np.ndarray) -> float:
     return float(np.exp(log_field[head].max() - log_field[head].min()))
 
 
-def corrected_levels(levels: list[Level]) -> tuple[list[Level], float | None]:
+def corrected_levels(levels: list[Level], threads: int = 1) -> tuple[list[Level], float | None]:
     """The levels with the receive field that N4 finds on the coarsest one divided out,
     and that field's largest over smallest value over the head (None: no head found).
 
     N4 (SimpleITK's ``N4BiasFieldCorrectionImageFilter``) runs on the coarsest level
     only, where it is cheap; its field is smooth, so it is resampled to the finer levels
     linearly. The head it fits over is found at a low brightness, so that the dark side
-    of a strong field belongs to it.
+    of a strong field belongs to it. ``threads``: ITK threads of N4.
     """
     coarse = levels[0]
     usable = coarse.mask & (coarse.data > 0)
@@ -250,14 +250,14 @@ def corrected_levels(levels: list[Level]) -> tuple[list[Level], float | None]:
     head = ndimage.binary_fill_holes(usable & (coarse.data > _N4_HEAD_FRACTION * bright))
     if head.sum() < 100:
         return levels, None
-    log_field = _n4_log_field(coarse, head)
+    log_field = _n4_log_field(coarse, head, threads)
     ratio = _field_ratio(log_field, head)
     if ratio > _N4_CONTINUE_RATIO:
         # A strong field is not done converging in the first round: N4 again, on the
         # image the first round corrected.
         corrected = Level((coarse.data / np.exp(log_field)).astype(np.float32),
                           coarse.affine, coarse.mask, coarse.spacing_mm)
-        log_field = log_field + _n4_log_field(corrected, head)
+        log_field = log_field + _n4_log_field(corrected, head, threads)
         ratio = _field_ratio(log_field, head)
     log_field = log_field - float(np.median(log_field[head]))
     out = [Level((coarse.data / np.exp(log_field)).astype(np.float32), coarse.affine,

@@ -183,22 +183,23 @@ class SubjectSearch:
 
     ``reach`` (voxels) is the largest window extent to be tried: the zero padding is the
     subject's extent plus it, so that every relative position is scored without
-    wrap-around.
+    wrap-around. ``workers``: threads of the FFTs (the result does not depend on it).
     """
 
-    def __init__(self, subject: Level, reach: int):
+    def __init__(self, subject: Level, reach: int, workers: int = 1):
         self.spacing = float(subject.spacing_mm)
         data, valid, self.origin = axis_aligned(subject)
         self.extent = data.shape
+        self.workers = workers
         self.shape = [sfft.next_fast_len(int(n + reach)) for n in data.shape]
-        self.spectra = [sfft.rfftn(a, self.shape, workers=1)
+        self.spectra = [sfft.rfftn(a, self.shape, workers=workers)
                         for a in (data, data * data, valid.astype(np.float32))]
         self.variance = float(data[valid].var()) if valid.any() else 0.0
 
     def best_pose(self, window: Window, centre: np.ndarray) -> Candidate | None:
         """The window's best position, or None where it fits the valid field of view
         nowhere (see :data:`MIN_SEARCH_OVERLAP`)."""
-        scored = _masked_ncc(window, self.spectra, self.shape, self.variance)
+        scored = _masked_ncc(window, self.spectra, self.shape, self.variance, self.workers)
         if scored is None:
             return None
         ncc, overlap, index = scored
@@ -225,7 +226,7 @@ def search_poses(windows, search: SubjectSearch, centre: np.ndarray) -> list[Can
     return sorted((c for c in found if c is not None), key=lambda c: -c.ncc)
 
 
-def _masked_ncc(window: Window, subject_ffts, shape, subject_variance):
+def _masked_ncc(window: Window, subject_ffts, shape, subject_variance, workers: int = 1):
     """(ncc, overlap, index) at the window position of highest correlation, or None.
 
     ``index`` is the circular shift of the best position. Correlations are computed
@@ -235,17 +236,18 @@ def _masked_ncc(window: Window, subject_ffts, shape, subject_variance):
     m = window.mask.astype(np.float32)
     t = window.data
     n_mask = float(m.sum())
-
-    def corr(template_part: np.ndarray, subject_fft) -> np.ndarray:
-        return sfft.irfftn(np.conj(sfft.rfftn(template_part, shape, workers=1)) * subject_fft,
-                           shape, workers=1)
-
-    n = corr(m, f_valid)
+    # Each of the window's three parts is transformed once; the five correlations after
+    # the overlap go back in one batched inverse transform.
+    f_m, f_t, f_t2 = (np.conj(sfft.rfftn(part, shape, workers=workers))
+                      for part in (m, t, t * t))
+    n = sfft.irfftn(f_m * f_valid, shape, workers=workers)
     usable = n >= MIN_SEARCH_OVERLAP * n_mask
     if not usable.any():
         return None
-    sum_t, sum_t2 = corr(t, f_valid), corr(t * t, f_valid)
-    sum_s, sum_s2, sum_ts = corr(m, f_data), corr(m, f_square), corr(t, f_data)
+    products = np.stack([f_t * f_valid, f_t2 * f_valid, f_m * f_data, f_m * f_square,
+                         f_t * f_data])
+    sum_t, sum_t2, sum_s, sum_s2, sum_ts = sfft.irfftn(products, shape, axes=(1, 2, 3),
+                                                       workers=workers)
     n = np.maximum(n, 1.0)
     var_t = sum_t2 - sum_t * sum_t / n
     var_s = sum_s2 - sum_s * sum_s / n
