@@ -33,8 +33,8 @@ How it is fast and accurate
   converges to 1 um steps.
 * **The head's size and shape, and N4.** Adult heads span about 0.82-1.18x MNI size,
   and their proportions differ by about 15%: the search tries the template brain at
-  several sizes, the pose is optimised rigidly on every level, then a 12-parameter
-  affine on the finest level (by correlation: see
+  several sizes, the pose is optimised rigidly on every level, then a
+  12-parameter affine on the finest level over the brain's interior (by correlation: see
   :mod:`~mriprep.stages.registration.sitk_backend`), and the checks judge the fit at the
   subject's own size and shape. The output applies the rigid part
   (``transform="rigid"``), the rigid part with the isotropic size (``"similarity"``) or
@@ -74,10 +74,11 @@ every real T1 at 0.7 and cached a 90-degree header error at 0). So:
    wrong still registers, and the rotation it needed names the header error.
 2. After registering, :func:`~mriprep.stages.registration.checks.diagnose` asks, in order
    (the first that fails names the cause): the head's length (``head_size``), the
-   search's best correlation (``no_brain``), the fit's size (``head_size``), the brain's
-   overlap with the scan (``field_of_view``), the similarity at the fitted pose and size
-   (``not_t1``) and the rotation from the header (``orientation``); each limit sits with
-   its measured ranges where it is defined.
+   search's best correlation (``no_brain``), the brain's overlap with the scan, placed
+   rigidly (``field_of_view``), the similarity at the fitted pose, size and shape
+   (``not_t1``), the fit's sizes, overall and along each axis (``head_size``), and the
+   rotation from the header (``orientation``); each limit sits with its measured ranges
+   where it is defined.
 
 The message of an orientation failure says where the header's R, A and S
 point in the anatomy. A left-right flip cannot be detected against nilearn's MNI152

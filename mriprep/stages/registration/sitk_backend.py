@@ -4,8 +4,8 @@ level.
 The fit has two parts:
 
 1. **The pose**, rigidly (Euler3D, 6 parameters, Mattes mutual information) on every
-   level but the finest (:func:`~mriprep.stages.registration.backend.pose_levels`), from
-   a start that already holds the search's estimate of the head's size.
+   level (:func:`~mriprep.stages.registration.backend.pose_levels`), from a start that
+   already holds the search's estimate of the head's size.
 2. **The head's size and shape**, a 12-parameter affine (ITK's ``AffineTransform``) on
    the finest level over the brain's interior (``shape_fixed``), started from the
    pose, with the correlation of the two images as its metric. Adults' heads differ in
@@ -45,8 +45,8 @@ def register_sitk(
     fixed: tuple[Level, ...], moving: list[Level], shape_fixed: Level,
     initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams
 ) -> BackendResult:
-    """The pose level by level (all but the finest), each level starting from the
-    previous one's transform; then the affine on the finest level.
+    """The pose level by level, each level starting from the previous one's transform;
+    then the affine on the finest level.
 
     The start is a fixed moving-initial transform, and the optimiser moves a transform
     composed with it from the identity: a start turned by a quarter turn about the

@@ -134,6 +134,11 @@ def template_pyramid(
     return tuple(out), brains, centre
 
 
+# The fewest template voxels the affine part of the fit samples from (at 2 mm, a 2 cm
+# cube); MNI152's brain shrunk by 10 mm keeps about 140 times as many.
+_MIN_SHAPE_VOXELS = 1000
+
+
 @functools.lru_cache(maxsize=4)
 def template_shape_level(template: str, levels: tuple[float, ...], bias_sigma_mm: float,
                          pyramid_margin_mm: float, margin_mm: float,
@@ -144,8 +149,9 @@ def template_shape_level(template: str, levels: tuple[float, ...], bias_sigma_mm
     The brain's edge is what a whole head and its skull-stripped copy do not share
     (skull, scalp and CSF against the zeros and the cut cortex of a brain extraction),
     so the head's size and shape are fitted on the brain's interior (the register stage
-    sets the margin, with its measured effect). The other arguments name the (cached)
-    pyramid it comes from.
+    sets the margin, with its measured effect). A brain too small to shrink that far (a
+    user template's mask) keeps the whole brain: an empty metric mask would stop ITK.
+    The other arguments name the (cached) pyramid it comes from.
     """
     fixed, brains, _ = template_pyramid(template, levels, bias_sigma_mm, pyramid_margin_mm,
                                         brain_mask)
@@ -155,6 +161,8 @@ def template_shape_level(template: str, levels: tuple[float, ...], bias_sigma_mm
         mask = ndimage.distance_transform_edt(~brain, sampling=sampling) <= margin_mm
     else:
         mask = ndimage.distance_transform_edt(brain, sampling=sampling) > -margin_mm
+        if mask.sum() < _MIN_SHAPE_VOXELS:
+            mask = brain
     return Level(finest.data, finest.affine, mask, finest.spacing_mm)
 
 
