@@ -60,7 +60,7 @@ HUMAN_HEAD_LENGTH_MM = (142.0, 450.0)
 # judged the brain's size (the 0.45x head at 0.56-0.69x); the affine part of the fit
 # runs off on a head that small (sizes 1.84, 0.83 and 0.56 along its axes, similarity
 # -0.19), and the cause it then names is the field of view, not the size. Measured (make
-# bench, registration, 2026-12-02): good scans 186-372 mm (89; MP2RAGE noise in the air
+# bench, registration, 2026-12-02): good scans 186-372 mm (94; MP2RAGE noise in the air
 # counts as head), failures 84 (macaque) to 139 (the 0.45x head).
 REGISTER_HEAD_LENGTH_MM = HUMAN_HEAD_LENGTH_MM
 # The registered brain's size relative to MNI152's, overall (the cube root of the fit's
