@@ -57,7 +57,9 @@ def test_ctrl_c_in_process_indexes_what_finished_and_says_one_line(cohort, tmp_p
 @pytest.mark.slow  # a process cluster's start and stop: about 10 s on 2 cores
 def test_ctrl_c_says_one_line_keeps_what_finished_and_exits_130(cohort, tmp_path):  # noqa: F811
     cache_root = tmp_path / "cache"
-    slow = write_pipeline(tmp_path, pause_s=1.0)
+    # 2 s a subject: the run outlasts the poll below even on a loaded 2-core machine
+    # (at 1 s, a full `make test` once saw all 8 subjects finish before the signal).
+    slow = write_pipeline(tmp_path, pause_s=2.0)
     cmd = [sys.executable, "-c", CLI_BOOT, "run", str(cohort / "cohort.csv"), "-o",
            str(cache_root), "-p", str(slow), "--scheduler", "processes", "--workers", "2",
            "--no-report"]
