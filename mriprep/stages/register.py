@@ -101,6 +101,7 @@ from mriprep.stages.registration.ants_backend import register_ants
 from mriprep.stages.registration.params import RegisterParams, RegistrationResult
 from mriprep.stages.registration.checks import (
     STRIPPED_SCALP_SHARE,
+    brain_overlap,
     diagnose,
     head_shape,
     scalp_share,
@@ -261,8 +262,8 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
     # whole head (a T2 scan: 0.84 at the fit, 0.99 placed rigidly), while a slab stays
     # a slab either way (0.37-0.61).
     similarity, _ = similarity_and_overlap(fixed[-1], brains[-1], moving[-1], fitted)
-    _, overlap = similarity_and_overlap(fixed[-1], brains[-1], moving[-1],
-                                        output_transform(fitted, centre, "rigid"))
+    overlap = brain_overlap(fixed[-1], brains[-1], moving[-1],
+                            output_transform(fitted, centre, "rigid"))
     details["rotation_deg"] = round(rotation_angle_deg(rotation), 3)
     template_to_subject = output_transform(fitted, centre, params.transform)
     itk_type, itk_transform = _itk_parameters(template_to_subject, centre_lps,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mriprep.stages.registration.backend import BackendResult, pose_levels
+from mriprep.stages.registration.backend import BackendResult
 from mriprep.stages.registration.geometry import ants_image, matrix_from_ants, ras_to_lps
 from mriprep.stages.registration.pyramid import Level
 
@@ -41,9 +41,8 @@ def register_ants(
     fixed: tuple[Level, ...], moving: list[Level], shape_fixed: Level,
     initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams
 ) -> BackendResult:
-    """One antsRegistration call: the Rigid stage over the pose's levels (shrink factors
-    and smoothing; :func:`~mriprep.stages.registration.backend.pose_levels`), then the
-    Affine stage on the finest.
+    """One antsRegistration call: the Rigid stage over every level (shrink factors and
+    smoothing), then the Affine stage on the finest.
 
     Details: ``stop_conditions`` (one per level of each stage), ``ants_threads``, the
     ITK thread count ANTs runs with, and ``shape_correlation``, the Affine stage's final
@@ -53,12 +52,11 @@ def register_ants(
     from ants.internal import get_pointer_string
 
     finest_fixed, finest_moving = fixed[-1], moving[-1]
-    posed = [fixed[i] for i in pose_levels(len(fixed))]
-    shrink = [int(round(level.spacing_mm / finest_fixed.spacing_mm)) for level in posed]
+    shrink = [int(round(level.spacing_mm / finest_fixed.spacing_mm)) for level in fixed]
     # Smoothing (mm) that takes the finest level's resolution to each coarser one.
     sigmas = [
         0.5 * float(np.sqrt(max(level.spacing_mm**2 - finest_fixed.spacing_mm**2, 0.0)))
-        for level in posed
+        for level in fixed
     ]
     fixed_image = ants_image(finest_fixed.data, finest_fixed.affine)
     moving_image = ants_image(finest_moving.data, finest_moving.affine)
@@ -92,7 +90,7 @@ def register_ants(
             "--transform", "Rigid[0.25]",
             "--metric", f"MI[{f},{m},1,{params.histogram_bins},Random,"
                         f"{params.sampling_fraction}]",
-            "--convergence", "[" + "x".join([str(params.max_iterations)] * len(posed))
+            "--convergence", "[" + "x".join([str(params.max_iterations)] * len(fixed))
                              + ",1e-6,10]",
             "--shrink-factors", "x".join(str(s) for s in shrink),
             "--smoothing-sigmas", "x".join(f"{s:.4g}" for s in sigmas) + "mm",
@@ -114,8 +112,8 @@ def register_ants(
         else "convergence window slope below 1e-6" for n in iterations
     ]
     # The pose's mutual information on its last level, as the sitk backend reports it.
-    pose = diagnostics[len(posed) - 1] if len(diagnostics) >= len(posed) else []
-    shape = diagnostics[len(posed)] if len(diagnostics) > len(posed) else []
+    pose = diagnostics[len(fixed) - 1] if len(diagnostics) >= len(fixed) else []
+    shape = diagnostics[len(fixed)] if len(diagnostics) > len(fixed) else []
     return BackendResult(lps, float(pose[-1]) if pose else float("nan"),
                          stops[-1] if stops else "unknown", iterations,
                          {"stop_conditions": stops, "ants_threads": threads,

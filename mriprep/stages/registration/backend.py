@@ -26,14 +26,3 @@ class BackendResult:
     iterations: list[int]
     details: dict[str, Any] = field(default_factory=dict)
 
-
-def pose_levels(n_levels: int) -> range:
-    """The levels (indices, coarse to fine) the rigid pose is fitted on: every one, the
-    finest included, before the affine part starts there.
-
-    Without the rigid pass on the finest level, registration was 1.3-1.5 s a scan faster
-    and as consistent on the calibration set, but a demo scan (0.9x0.9x5 mm coronal,
-    flipped storage, a dropout slice) whose coarse rigid pass does not converge landed
-    3.7 mm from its truth (1.4 mm with it).
-    """
-    return range(n_levels)

@@ -138,13 +138,7 @@ def similarity_and_overlap(
         The correlation is NaN when fewer than 10 brain voxels land on valid subject
         voxels, and 0 when either image is constant there.
     """
-    vox_map = np.linalg.inv(moving.affine) @ template_to_subject @ fixed.affine
-    coords = np.argwhere(brain)
-    pulled = coords @ vox_map[:3, :3].T + vox_map[:3, 3]
-    inside = np.all((pulled >= 0) & (pulled <= np.asarray(moving.data.shape) - 1), axis=1)
-    valid_at = np.zeros(len(coords), dtype=bool)
-    rounded = np.rint(pulled[inside]).astype(int)
-    valid_at[inside] = moving.mask[tuple(rounded.T)]
+    coords, pulled, valid_at = _brain_on_scan(fixed, brain, moving, template_to_subject)
     overlap = float(valid_at.mean()) if len(coords) else 0.0
     if valid_at.sum() < 10:
         return float("nan"), overlap
@@ -156,6 +150,28 @@ def similarity_and_overlap(
     if norm == 0.0:  # a constant image correlates with nothing
         return 0.0, overlap
     return float((values * reference).sum() / norm), overlap
+
+
+def brain_overlap(fixed: Level, brain: np.ndarray, moving: Level,
+                  template_to_subject: np.ndarray) -> float:
+    """The share of the template brain that lands on valid voxels of ``moving`` through
+    ``template_to_subject`` (the overlap of :func:`similarity_and_overlap` alone)."""
+    coords, _, valid_at = _brain_on_scan(fixed, brain, moving, template_to_subject)
+    return float(valid_at.mean()) if len(coords) else 0.0
+
+
+def _brain_on_scan(fixed: Level, brain: np.ndarray, moving: Level,
+                   template_to_subject: np.ndarray):
+    """The template brain's voxels, where they land on ``moving`` (continuous voxel
+    coordinates) and whether that is a valid voxel."""
+    vox_map = np.linalg.inv(moving.affine) @ template_to_subject @ fixed.affine
+    coords = np.argwhere(brain)
+    pulled = coords @ vox_map[:3, :3].T + vox_map[:3, 3]
+    inside = np.all((pulled >= 0) & (pulled <= np.asarray(moving.data.shape) - 1), axis=1)
+    valid_at = np.zeros(len(coords), dtype=bool)
+    rounded = np.rint(pulled[inside]).astype(int)
+    valid_at[inside] = moving.mask[tuple(rounded.T)]
+    return coords, pulled, valid_at
 
 
 # A scan is skull-stripped when a head's scalp above the brain, carried onto it by the

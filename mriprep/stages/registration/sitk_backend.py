@@ -4,8 +4,11 @@ level.
 The fit has two parts:
 
 1. **The pose**, rigidly (Euler3D, 6 parameters, Mattes mutual information) on every
-   level (:func:`~mriprep.stages.registration.backend.pose_levels`), from a start that
-   already holds the search's estimate of the head's size.
+   level, the finest included, from a start that already holds the search's estimate
+   of the head's size. Without the finest level's rigid pass registration was 1.3-1.5 s
+   a scan faster and as consistent on the calibration set, but a demo scan (0.9x0.9x5 mm
+   coronal, flipped storage, a dropout slice) whose coarse pass does not converge landed
+   3.7 mm from its truth (1.4 mm with it).
 2. **The head's size and shape**, a 12-parameter affine (ITK's ``AffineTransform``) on
    the finest level over the brain's interior (``shape_fixed``), started from the
    pose, with the correlation of the two images as its metric. Adults' heads differ in
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mriprep.stages.registration.backend import BackendResult, pose_levels
+from mriprep.stages.registration.backend import BackendResult
 from mriprep.stages.registration.geometry import matrix_from_sitk, ras_to_lps, sitk_image
 from mriprep.stages.registration.pyramid import Level
 
@@ -69,8 +72,8 @@ def register_sitk(
         return value
 
     pose = _identity(centre_lps, "rigid")
-    for index in pose_levels(len(fixed)):
-        pose_value = run(fixed[index], moving[index], initial_lps, pose, POSE_METRIC)
+    for fixed_level, moving_level in zip(fixed, moving):
+        pose_value = run(fixed_level, moving_level, initial_lps, pose, POSE_METRIC)
     found = _composed(initial_lps, pose)
     shape = _identity(centre_lps, "affine")
     shape_value = run(shape_fixed, moving[-1], found, shape, SHAPE_METRIC)
