@@ -28,9 +28,11 @@ How it is fast and accurate
   pose (below; with ``search_spacing_mm=0``, aligned centres of mass of the head's valid
   voxels); the rotation centre is the template
   brain's centre of mass, which decouples rotation from translation.
-* **Sampling.** ``sampling_fraction`` of the fixed mask's voxels, drawn once per level
-  with ``seed``: the cost function is deterministic, so the step-halving optimiser
-  converges to 1 um steps.
+* **Sampling.** ``sampling_fraction`` of the fixed mask's voxels on the coarse levels,
+  ``fine_sampling_fraction`` on the finest, drawn once per level with ``seed``: the
+  cost function is deterministic, so the step-halving optimiser converges to 10 um
+  steps. Gradients are taken at the sampled points only; N4 and the bias flattening
+  run on coarse grids. Together these brought a scan from ~4.1 s to ~2.3 s (2 threads).
 * **The head's size and shape, and N4.** Adult heads span about 0.82-1.18x MNI size,
   and their proportions differ by about 15%: the search tries the template brain at
   several sizes, the pose is optimised rigidly on every level, then a
@@ -69,8 +71,10 @@ every real T1 at 0.7 and cached a 90-degree header error at 0). So:
 1. Before registering, a **global search**: the template brain, in each of the 24 axis
    orientations, slides over the subject's 8 mm level (masked normalised
    cross-correlation by FFT, :mod:`mriprep.stages.registration.search`); the best candidates
-   are refined by 15 and 30 degree tilts and ranked by a short mutual-information
-   registration. The local optimiser starts from the winner, so a scan whose header is
+   are refined by 20 degree tilts about each axis, tried at several sizes, and ranked by
+   a short mutual-information registration (a head 12-18% larger than the template's
+   ranked its right orientation second or third at the template's size: every candidate is
+   sized). The local optimiser starts from the winner, so a scan whose header is
    wrong still registers, and the rotation it needed names the header error.
 2. After registering, :func:`~mriprep.stages.registration.checks.diagnose` asks, in order
    (the first that fails names the cause): the head's length (``head_size``), the
@@ -137,7 +141,7 @@ from mriprep.stages.registration.template import (
     template_brain_points,
     template_scalp,
     template_search_windows,
-    template_shape_level,
+    template_shape_levels,
     template_tilted_windows,
 )
 
@@ -150,7 +154,7 @@ TRANSFORM_FILE = "transform.tfm"
 
 _BACKENDS = {"sitk": register_sitk, "ants": register_ants}
 # The metric mask of the fit's affine part: the template brain shrunk by 10 mm (see
-# template_shape_level). The brain's edge is where a whole head and its skull-stripped
+# template_shape_levels). The brain's edge is where a whole head and its skull-stripped
 # copy differ; how far apart their transforms land, by margin (2026-12-02, mean mm,
 # synthetic people's BET-like copies / the real Colin27 ch2 against ch2bet): +5 mm
 # 0.56-0.64 / -, 0 0.23 / -, -3 0.12 / -, -5 0.08-0.10 / 0.20-0.24, -8 0.06-0.09 /
@@ -242,9 +246,9 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
             - centre_of_mass(fixed[0].data, fixed[0].affine)
         )
         details["search_orientations"] = None
-    shape_fixed = template_shape_level(params.template, params.levels, params.bias_sigma_mm,
-                                       params.brain_margin_mm, SHAPE_MARGIN_MM,
-                                       params.template_brain_mask)
+    shape_fixed = template_shape_levels(params.template, params.levels, params.bias_sigma_mm,
+                                        params.brain_margin_mm, SHAPE_MARGIN_MM,
+                                        params.template_brain_mask)
     backend = _BACKENDS[params.backend]
     found = backend(fixed, moving, shape_fixed, ras_to_lps(initial), centre_lps, params)
     fitted = ras_to_lps(found.transform_lps)
@@ -311,9 +315,12 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
     """The starting pose and the search's measures.
 
     The 24 orientations are searched first; each of the best ``search_candidates`` is
-    then refined by tilts of 15 and 30 degrees about each axis (a head lies up to ~30
+    then refined by tilts of 20 degrees about each axis (a head lies up to ~30
     degrees from the nearest orientation, beyond the local optimiser's reach); a short
     registration on the coarsest level ranks the refined poses by mutual information.
+    Over the 116 calibration cases the winner came from the first candidate on every
+    good scan but four large heads (1.12-1.18x), from the second or third, by their
+    size's start.
     """
     template, spacing = params.template, params.search_spacing_mm
     mask = params.template_brain_mask

@@ -38,11 +38,11 @@ _ANTS_ROW = re.compile(r"^\s*\d*DIAGNOSTIC,\s*(\d+),\s*([-+0-9.eE]+)")
 
 
 def register_ants(
-    fixed: tuple[Level, ...], moving: list[Level], shape_fixed: Level,
+    fixed: tuple[Level, ...], moving: list[Level], shape_fixed: tuple[Level, ...],
     initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams
 ) -> BackendResult:
     """One antsRegistration call: the Rigid stage over every level (shrink factors and
-    smoothing), then the Affine stage on the finest.
+    smoothing), then the Affine stage over every level.
 
     Details: ``stop_conditions`` (one per level of each stage), ``ants_threads``, the
     ITK thread count ANTs runs with, and ``shape_correlation``, the Affine stage's final
@@ -68,7 +68,7 @@ def register_ants(
         moving_mask = ants_image(
             finest_moving.mask.astype(np.float32), finest_moving.affine
         ) != 0
-    shape_mask = ants_image(shape_fixed.mask.astype(np.float32), shape_fixed.affine) != 0
+    shape_mask = ants_image(shape_fixed[-1].mask.astype(np.float32), shape_fixed[-1].affine) != 0
     moving_pointer = "NA" if moving_mask is None else get_pointer_string(moving_mask)
     masks = f"[{get_pointer_string(fixed_mask)},{moving_pointer}]"
     shape_masks = f"[{get_pointer_string(shape_mask)},{moving_pointer}]"
@@ -96,9 +96,11 @@ def register_ants(
             "--smoothing-sigmas", "x".join(f"{s:.4g}" for s in sigmas) + "mm",
             "--masks", masks,
             "--transform", "Affine[0.1]",
-            "--metric", f"GC[{f},{m},1,1,Random,{params.sampling_fraction}]",
-            "--convergence", f"[{params.max_iterations},1e-6,10]",
-            "--shrink-factors", "1", "--smoothing-sigmas", "0mm",
+            "--metric", f"GC[{f},{m},1,1,Random,{params.fine_sampling_fraction}]",
+            "--convergence", "[" + "x".join([str(params.max_iterations)] * len(fixed))
+                             + ",1e-6,10]",
+            "--shrink-factors", "x".join(str(s) for s in shrink),
+            "--smoothing-sigmas", "x".join(f"{s:.4g}" for s in sigmas) + "mm",
             "--masks", shape_masks,
             "--random-seed", str(params.seed), "--verbose", "1",
         ]
@@ -113,7 +115,7 @@ def register_ants(
     ]
     # The pose's mutual information on its last level, as the sitk backend reports it.
     pose = diagnostics[len(fixed) - 1] if len(diagnostics) >= len(fixed) else []
-    shape = diagnostics[len(fixed)] if len(diagnostics) > len(fixed) else []
+    shape = diagnostics[-1] if len(diagnostics) > len(fixed) else []
     return BackendResult(lps, float(pose[-1]) if pose else float("nan"),
                          stops[-1] if stops else "unknown", iterations,
                          {"stop_conditions": stops, "ants_threads": threads,

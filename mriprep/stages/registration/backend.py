@@ -2,8 +2,8 @@
 
 A backend is a function ``(fixed, moving, shape_fixed, initial_lps, centre_lps, params)
 -> BackendResult``: ``fixed`` and ``moving`` are the template's and the subject's pyramid
-levels (coarse to fine, same spacings), ``shape_fixed`` the template's finest level with
-the metric mask of the fit's affine part (the brain's interior), ``initial_lps`` the
+levels (coarse to fine, same spacings), ``shape_fixed`` the template's levels with the
+metric mask of the fit's affine part (the brain's interior), ``initial_lps`` the
 starting template-to-subject 4x4 and ``centre_lps`` the rotation centre, both in LPS,
 and ``params`` the stage's :class:`~mriprep.stages.register.RegisterParams`.
 """

@@ -60,7 +60,12 @@ class RegisterParams:
         Voxel size of each resolution level, coarse to fine. Repeated values are run
         once (``(4.0, 2.0, 2.0)`` is a two-level pyramid).
     sampling_fraction : float
-        Share of the fixed mask's voxels the metric samples at each level (0, 1].
+        Share of the fixed mask's voxels the metric samples on the coarse levels and in
+        the search's ranking (0, 1].
+    fine_sampling_fraction : float
+        The same share on the finest level, where the pose's last pass and the affine
+        run (0, 1]. A 2 mm level holds 8 times a 4 mm level's voxels: a tenth of a 2 mm
+        brain is ~29,000 points, which over-determine 12 parameters.
     histogram_bins : int
         Joint-histogram bins of Mattes mutual information.
     max_iterations : int
@@ -106,6 +111,7 @@ class RegisterParams:
     seed: int = 1
     level_spacings_mm: tuple[float, float, float] = (4.0, 2.0, 2.0)
     sampling_fraction: float = 0.25
+    fine_sampling_fraction: float = 0.1
     histogram_bins: int = 32
     max_iterations: int = 200
     bias_sigma_mm: float = 20.0
@@ -139,10 +145,9 @@ class RegisterParams:
             problems.append(
                 f"level_spacings_mm must go from coarse to fine, got {spacings}"
             )
-        if not 0 < self.sampling_fraction <= 1:
-            problems.append(
-                f"sampling_fraction must lie in (0, 1], got {self.sampling_fraction}"
-            )
+        for name in ("sampling_fraction", "fine_sampling_fraction"):
+            if not 0 < getattr(self, name) <= 1:
+                problems.append(f"{name} must lie in (0, 1], got {getattr(self, name)}")
         if self.histogram_bins < 4:
             problems.append(f"histogram_bins must be at least 4, got {self.histogram_bins}")
         if self.max_iterations < 1:

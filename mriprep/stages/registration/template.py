@@ -134,17 +134,18 @@ def template_pyramid(
     return tuple(out), brains, centre
 
 
-# The fewest template voxels the affine part of the fit samples from (at 2 mm, a 2 cm
-# cube); MNI152's brain shrunk by 10 mm keeps about 140 times as many.
+# The fewest template voxels the affine part of the fit samples from on the finest level
+# (at 2 mm, a 2 cm cube; coarser levels in proportion); MNI152's brain shrunk by 10 mm
+# keeps about 140 times as many.
 _MIN_SHAPE_VOXELS = 1000
 
 
 @functools.lru_cache(maxsize=4)
-def template_shape_level(template: str, levels: tuple[float, ...], bias_sigma_mm: float,
-                         pyramid_margin_mm: float, margin_mm: float,
-                         brain_mask: str | None = None) -> Level:
-    """The template's finest level with the metric mask of the fit's affine part: the
-    brain grown by ``margin_mm`` (shrunk where negative).
+def template_shape_levels(template: str, levels: tuple[float, ...], bias_sigma_mm: float,
+                          pyramid_margin_mm: float, margin_mm: float,
+                          brain_mask: str | None = None) -> tuple[Level, ...]:
+    """The template's levels, coarse to fine, with the metric mask of the fit's affine
+    part: the brain grown by ``margin_mm`` (shrunk where negative).
 
     The brain's edge is what a whole head and its skull-stripped copy do not share
     (skull, scalp and CSF against the zeros and the cut cortex of a brain extraction),
@@ -155,15 +156,17 @@ def template_shape_level(template: str, levels: tuple[float, ...], bias_sigma_mm
     """
     fixed, brains, _ = template_pyramid(template, levels, bias_sigma_mm, pyramid_margin_mm,
                                         brain_mask)
-    finest, brain = fixed[-1], brains[-1]
-    sampling = voxel_sizes(finest.affine)
-    if margin_mm >= 0:
-        mask = ndimage.distance_transform_edt(~brain, sampling=sampling) <= margin_mm
-    else:
-        mask = ndimage.distance_transform_edt(brain, sampling=sampling) > -margin_mm
-        if mask.sum() < _MIN_SHAPE_VOXELS:
-            mask = brain
-    return Level(finest.data, finest.affine, mask, finest.spacing_mm)
+    out = []
+    for level, brain in zip(fixed, brains):
+        sampling = voxel_sizes(level.affine)
+        if margin_mm >= 0:
+            mask = ndimage.distance_transform_edt(~brain, sampling=sampling) <= margin_mm
+        else:
+            mask = ndimage.distance_transform_edt(brain, sampling=sampling) > -margin_mm
+            if mask.sum() < _MIN_SHAPE_VOXELS * (levels[-1] / level.spacing_mm) ** 3:
+                mask = brain
+        out.append(Level(level.data, level.affine, mask, level.spacing_mm))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=4)
