@@ -31,12 +31,13 @@ How it is fast and accurate
 * **Sampling.** ``sampling_fraction`` of the fixed mask's voxels on the coarse levels,
   ``fine_sampling_fraction`` on the finest, drawn once per level with ``seed``: the
   cost function is deterministic, so the step-halving optimiser converges to 10 um
-  steps. Gradients are taken at the sampled points only; N4 and the bias flattening
-  run on coarse grids. Together these brought a scan from ~4.1 s to ~2.3 s (2 threads).
+  steps (the affine's to 1 um). Gradients are taken at the sampled points only; N4 and
+  the bias flattening run on coarse grids. Together these brought a scan from ~4.1 s to
+  ~2.4 s (2 threads; docs/benchmarks.md).
 * **The head's size and shape, and N4.** Adult heads span about 0.82-1.18x MNI size,
   and their proportions differ by about 15%: the search tries the template brain at
   several sizes, the pose is optimised rigidly on every level, then a
-  12-parameter affine on the finest level over the brain's interior (by correlation: see
+  12-parameter affine on every level over the brain's interior (by correlation: see
   :mod:`~mriprep.stages.registration.sitk_backend`), and the checks judge the fit at the
   subject's own size and shape. The output applies the rigid part
   (``transform="rigid"``), the rigid part with the isotropic size (``"similarity"``) or

@@ -1,7 +1,7 @@
 """The ANTs backend: ``antsRegistration`` through ANTsPy (``--float 1``), on the finest
 prepared level, shrinking inside ANTs for the coarser ones. The same two parts as the
-SimpleITK backend: a Rigid stage over every level (Mattes MI), then an Affine stage on
-the finest level (global correlation, ANTs' ``GC``) for the head's size and shape.
+SimpleITK backend: a Rigid stage over every level (Mattes MI), then an Affine stage over
+every level (global correlation, ANTs' ``GC``) for the head's size and shape.
 
 ANTs writes its transform to a file and its iteration log to stdout: a private
 temporary folder, removed on return, receives both (the log is parsed for iteration

@@ -29,7 +29,7 @@ class RegisterParams:
     ----------
     backend : {"sitk", "ants"}
         ``"sitk"``: SimpleITK, Euler3D on every level (Mattes mutual information), then a
-        12-parameter affine on the finest level (correlation), regular step gradient
+        12-parameter affine on every level (correlation), regular step gradient
         descent. ``"ants"``: ``ants.registration`` (antsRegistration: a Rigid stage by
         Mattes MI, then an Affine stage by global correlation, ``--float 1``) on the same
         prepared images and masks.
@@ -63,8 +63,8 @@ class RegisterParams:
         Share of the fixed mask's voxels the metric samples on the coarse levels and in
         the search's ranking (0, 1].
     fine_sampling_fraction : float
-        The same share on the finest level, where the pose's last pass and the affine
-        run (0, 1]. A 2 mm level holds 8 times a 4 mm level's voxels: a tenth of a 2 mm
+        The same share on the finest level, for the pose's last pass and the affine's
+        (0, 1]. A 2 mm level holds 8 times a 4 mm level's voxels: a tenth of a 2 mm
         brain is ~29,000 points, which over-determine 12 parameters.
     histogram_bins : int
         Joint-histogram bins of Mattes mutual information.

@@ -258,10 +258,10 @@ _N4_HEAD_FRACTION = 0.02
 _N4_CONTINUE_RATIO = 3.0
 # N4 fits its field to every this-many-th head voxel along each axis. Its cost is linear
 # in the points it fits (0.6-1.2 s a scan on every 8 mm head voxel); a field of 4 control
-# points per axis is over-determined by an eighth of them. Measured (2026-12-03, the
-# log-field over the head, every voxel against every other one): 0.13-0.22 s instead
-# of 0.60-1.19 s, field ratios 1.47/1.43, 1.70/1.77, 2.78/2.89, 10.3/10.4, 4.63/4.92,
-# largest log difference 0.14-0.29 (a constant offset included, which the median
+# points per axis is over-determined by an eighth of them. Measured (2026-12-03, five
+# scans, every other voxel against every voxel): 0.13-0.22 s instead of 0.60-1.19 s;
+# field ratios over the head 1.47/1.43, 1.70/1.77, 2.78/2.89, 10.3/10.4, 4.63/4.92;
+# largest log-field difference 0.14-0.29 (a constant offset included, which the median
 # normalisation removes).
 _N4_POINT_STRIDE = 2
 
