@@ -27,7 +27,7 @@ import numpy as np
 REFERENCE_PATH = Path(__file__).with_name("identity_reference.npz")
 # Written by `python -m mriprep.splits.reference_build`, which prints the new value;
 # tests/splits/test_identity_reference.py fails when the file and this differ.
-REFERENCE_SHA256 = "ac4db92b82f46f989ab561077822c3d6b272596430b175065da02ac1be135103"
+REFERENCE_SHA256 = "96b93802e5516d464e7ab49d91db15cebc1ba18ace5850728cf6a2d81999ef00"
 # Each block's spread over the reference people is shrunk half way (in variance) to the
 # median block's: with 16 people one block's standard deviation is known to about +-18%,
 # and an unshrunk division would weigh the blocks that happened to vary little in the

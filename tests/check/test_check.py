@@ -905,11 +905,15 @@ def test_demo_nan_written_into_a_tensor(demo_clean, capsys):
     key = subject_keys(demo_clean.root)["sub-07"]
     path = demo_clean.tensor_path(key, "image")
     image = read_array(path)
+    recorded_size = path.stat().st_size
     image[98, 116, 94] = np.nan
     replace_array(path, image)
     status, doc = cli_check(demo_clean.root, capsys)
     assert status == 1
-    assert {f["code"] for f in errors_of(doc)} == {"non-finite", "checksum-mismatch"}
+    expected = {"non-finite", "checksum-mismatch"}
+    if path.stat().st_size != recorded_size:  # LZ4 may pack the NaN in other bytes
+        expected.add("file-size")
+    assert {f["code"] for f in errors_of(doc)} == expected
     [nan] = [f for f in doc["findings"] if f["code"] == "non-finite"]
     assert nan["keys"] == [key] and nan["subjects"] == ["sub-07"]
     assert "1 NaN" in nan["message"] and "(98, 116, 94)" in nan["message"]

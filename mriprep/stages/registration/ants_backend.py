@@ -68,7 +68,8 @@ def register_ants(
         moving_mask = ants_image(
             finest_moving.mask.astype(np.float32), finest_moving.affine
         ) != 0
-    shape_mask = ants_image(shape_fixed[-1].mask.astype(np.float32), shape_fixed[-1].affine) != 0
+    finest_shape = shape_fixed[-1]
+    shape_mask = ants_image(finest_shape.mask.astype(np.float32), finest_shape.affine) != 0
     moving_pointer = "NA" if moving_mask is None else get_pointer_string(moving_mask)
     masks = f"[{get_pointer_string(fixed_mask)},{moving_pointer}]"
     shape_masks = f"[{get_pointer_string(shape_mask)},{moving_pointer}]"

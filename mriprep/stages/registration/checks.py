@@ -59,17 +59,18 @@ HUMAN_HEAD_LENGTH_MM = (142.0, 450.0)
 # The register stage applies the same range. It used 115 mm while a similarity fit
 # judged the brain's size (the 0.45x head at 0.56-0.69x); the affine part of the fit
 # runs off on a head that small (sizes 1.84, 0.83 and 0.56 along its axes, similarity
-# -0.19), and the cause it then names is the field of view, not the size. Measured (make
-# bench, registration, 2026-12-02): good scans 186-372 mm (94; MP2RAGE noise in the air
-# counts as head), failures 84 (macaque) to 139 (the 0.45x head).
+# -0.19), and the cause it then names is the field of view, not the size. Measured
+# (make bench, registration, 2026-12-02 and 0.4.0 on -03): good scans 186-372 mm (94;
+# MP2RAGE noise in the air counts as head), failures 84 (macaque) to 139 (the 0.45x
+# head).
 REGISTER_HEAD_LENGTH_MM = HUMAN_HEAD_LENGTH_MM
 # The registered brain's size relative to MNI152's, overall (the cube root of the fit's
 # determinant) and along each principal axis of the fit. Adults span about 0.82-1.18
 # overall and differ in proportions by about 15%; the limits leave a margin beyond that.
-# Measured (make bench, registration, 2026-12-02, the affine fit): good scans 0.81-1.23
-# overall, 0.79-1.27 along an axis (94: sizes 0.82-1.18 and per-axis 0.85-1.15 of
-# people themselves 0.9-1.08); failures 0.42-1.71 along an axis, but those the head's
-# length, the field of view or the similarity refuse first.
+# Measured (make bench, registration, 2026-12-02 and 0.4.0 on -03, the affine fit): good
+# scans 0.81-1.23 overall, 0.79-1.27 along an axis (94: sizes 0.82-1.18 and per-axis
+# 0.85-1.15 of people themselves 0.9-1.08); failures 0.29-1.72 along an axis, but those
+# the head's length, the field of view or the similarity refuse first.
 HEAD_SCALE_RANGE = (0.7, 1.4)
 
 # Principal extent of a uniform solid along an axis of variance v: 2 * sqrt(5 v) for an
