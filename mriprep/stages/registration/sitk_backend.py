@@ -5,10 +5,11 @@ The fit has two parts:
 
 1. **The pose**, rigidly (Euler3D, 6 parameters, Mattes mutual information) on every
    level, the finest included, from a start that already holds the search's estimate
-   of the head's size. Without the finest level's rigid pass registration was 1.3-1.5 s
-   a scan faster and as consistent on the calibration set, but a demo scan (0.9x0.9x5 mm
-   coronal, flipped storage, a dropout slice) whose coarse pass does not converge landed
-   3.7 mm from its truth (1.4 mm with it).
+   of the head's size. Without the finest level's rigid pass registration was as
+   consistent on the calibration set (and, in 0.3.0, 1.3-1.5 s a scan faster; the pass
+   now costs ~0.15 s), but a demo scan (0.9x0.9x5 mm coronal, flipped storage, a
+   dropout slice) whose coarse pass does not converge landed 3.7 mm from its truth
+   (1.4 mm with it).
 2. **The head's size and shape**, a 12-parameter affine (ITK's ``AffineTransform``) on
    every level over the brain's interior (``shape_fixed``), started from the pose, with
    the correlation of the two images as its metric. Adults' heads differ in size by
