@@ -169,7 +169,8 @@ def anchors(cases, rows, threads: int) -> list[dict[str, Any]]:
             start = time.perf_counter()
             registered = get_stage("register")(volume, params)
             seconds = time.perf_counter() - start
-            return np.asarray(registered.record_of("register").metrics["template_to_subject"]), seconds
+            metrics = registered.record_of("register").metrics
+            return np.asarray(metrics["template_to_subject"]), seconds
 
         estimate, before = mriprep_run()
         timed = []
