@@ -33,7 +33,7 @@ How it is fast and accurate
   cost function is deterministic, so the step-halving optimiser converges to 10 um
   steps (the affine's to 1 um). Gradients are taken at the sampled points only; N4 and
   the bias flattening run on coarse grids. Together these brought a scan from ~4.1 s to
-  ~2.4 s (2 threads; docs/benchmarks.md).
+  ~2.1 s (2 threads; docs/benchmarks.md).
 * **The head's size and shape, and N4.** Adult heads span about 0.82-1.18x MNI size,
   and their proportions differ by about 15%: the search tries the template brain at
   several sizes, the pose is optimised rigidly on every level, then a

@@ -58,6 +58,13 @@ def register_ants(
         0.5 * float(np.sqrt(max(level.spacing_mm**2 - finest_fixed.spacing_mm**2, 0.0)))
         for level in fixed
     ]
+    # Both stages run over every level: the same schedule.
+    schedule = [
+        "--convergence", "[" + "x".join([str(params.max_iterations)] * len(fixed))
+                         + ",1e-6,10]",
+        "--shrink-factors", "x".join(str(s) for s in shrink),
+        "--smoothing-sigmas", "x".join(f"{s:.4g}" for s in sigmas) + "mm",
+    ]
     fixed_image = ants_image(finest_fixed.data, finest_fixed.affine)
     moving_image = ants_image(finest_moving.data, finest_moving.affine)
     # antsRegistration receives images as raw pointers: every image must stay referenced
@@ -91,17 +98,11 @@ def register_ants(
             "--transform", "Rigid[0.25]",
             "--metric", f"MI[{f},{m},1,{params.histogram_bins},Random,"
                         f"{params.sampling_fraction}]",
-            "--convergence", "[" + "x".join([str(params.max_iterations)] * len(fixed))
-                             + ",1e-6,10]",
-            "--shrink-factors", "x".join(str(s) for s in shrink),
-            "--smoothing-sigmas", "x".join(f"{s:.4g}" for s in sigmas) + "mm",
+            *schedule,
             "--masks", masks,
             "--transform", "Affine[0.1]",
             "--metric", f"GC[{f},{m},1,1,Random,{params.fine_sampling_fraction}]",
-            "--convergence", "[" + "x".join([str(params.max_iterations)] * len(fixed))
-                             + ",1e-6,10]",
-            "--shrink-factors", "x".join(str(s) for s in shrink),
-            "--smoothing-sigmas", "x".join(f"{s:.4g}" for s in sigmas) + "mm",
+            *schedule,
             "--masks", shape_masks,
             "--random-seed", str(params.seed), "--verbose", "1",
         ]

@@ -152,7 +152,8 @@ def template_shape_levels(template: str, levels: tuple[float, ...], bias_sigma_m
                           pyramid_margin_mm: float, margin_mm: float,
                           brain_mask: str | None = None) -> tuple[Level, ...]:
     """The template's levels, coarse to fine, with the metric mask of the fit's affine
-    part: the brain grown by ``margin_mm`` (shrunk where negative).
+    part: the brain grown by ``margin_mm`` (shrunk where negative; on the coarser levels
+    by :data:`_COARSE_SHRINK_VOXELS` more of their voxels).
 
     The brain's edge is what a whole head and its skull-stripped copy do not share
     (skull, scalp and CSF against the zeros and the cut cortex of a brain extraction),
