@@ -48,13 +48,14 @@ def add_parser(subparsers) -> None:
                         "(it must be the same file: its SHA-256 is checked)")
     p.add_argument("--classes", metavar="TABLE",
                    help="the prediction holds a network's classes 0..C-1 of this lookup "
-                        "table (FreeSurfer LUT .txt, FastSurfer ColorLUT .tsv, or 'dkt' "
-                        "for the shipped FastSurfer DKT table): write FreeSurfer's label "
-                        "numbers instead (labels only)")
-    p.add_argument("--view", choices=("axial", "coronal", "sagittal"), default="axial",
+                        "table (FreeSurfer LUT .txt, FastSurfer ColorLUT .tsv, 'dkt' for "
+                        "the shipped FastSurfer DKT table, or the .hdf5 the network was "
+                        "trained on: its recorded table and view, hash checked): write "
+                        "FreeSurfer's label numbers instead (labels only)")
+    p.add_argument("--view", choices=("axial", "coronal", "sagittal"),
                    help="with --classes: the view whose class list the network predicts "
-                        "(default: axial; sagittal classes stand for the right-hemisphere "
-                        "or left-cortex label of a merged pair)")
+                        "(default: axial, or the .hdf5's own; sagittal classes stand for "
+                        "the right-hemisphere or left-cortex label of a merged pair)")
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.set_defaults(func=run)
 
@@ -91,14 +92,24 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def as_freesurfer_labels(prediction, table_name: str, view: str, path: Path):
+def as_freesurfer_labels(prediction, table_name: str, view: str | None, path: Path):
     """A prediction of classes (array or nibabel image) with FreeSurfer's numbers."""
     import nibabel as nib
     import numpy as np
 
     from mriprep.training.labels import dkt_table, load_table
 
-    table = dkt_table() if table_name == "dkt" else load_table(table_name)
+    if Path(table_name).suffix.lower() in (".hdf5", ".h5"):
+        from mriprep.outputs.fastsurfer_hdf5 import read_recorded_table
+
+        table, recorded_view = read_recorded_table(table_name)
+        if view is not None and view != recorded_view:
+            raise InputError(f"--view {view}, but {table_name} holds the {recorded_view} "
+                             f"view; drop --view or pass --view {recorded_view}")
+        view = recorded_view
+    else:
+        table = dkt_table() if table_name == "dkt" else load_table(table_name)
+        view = view or "axial"
     image = isinstance(prediction, nib.spatialimages.SpatialImage)
     classes = np.asarray(prediction.dataobj if image else prediction)
     if not np.issubdtype(classes.dtype, np.integer):

@@ -147,6 +147,25 @@ def _write_attributes(hf, table: LabelTable, options: HDF5Options) -> None:
     hf.attrs["thickness"] = options.thickness
 
 
+def read_recorded_table(path: str | os.PathLike) -> tuple[LabelTable, str]:
+    """The label table and view an export was written with, its hash checked: what
+    ``to-native --classes FILE.hdf5`` maps a network's classes back through."""
+    h5py = require_h5py()
+    try:
+        with h5py.File(path, "r") as hf:
+            attrs = {k: hf.attrs.get(k) for k in ("label_table", "label_table_sha256",
+                                                  "view")}
+    except OSError as exc:
+        raise MriprepError(f"cannot read {path} as HDF5: {exc}") from None
+    if attrs["label_table"] is None or attrs["label_table_sha256"] is None:
+        raise MriprepError(f"{path} records no label table (not written by `mriprep "
+                           "export --format fastsurfer-hdf5`); pass the lookup table "
+                           "itself to --classes")
+    table = LabelTable.from_description(json.loads(attrs["label_table"]), str(path),
+                                        sha256=str(attrs["label_table_sha256"]))
+    return table, str(attrs["view"])
+
+
 def _write_subjects(hf, cache, entries, good, table, options, workers, result, progress,
                     h5py) -> None:
     """Process ``good`` (in worker processes when ``workers > 1``) and append each

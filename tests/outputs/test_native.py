@@ -199,6 +199,43 @@ def test_the_cli_writes_a_networks_classes_as_freesurfer_labels(tiny_cache, tmp_
                             "--force"]) == 2
 
 
+def test_the_cli_maps_classes_back_through_the_table_an_export_recorded(tiny_cache, tmp_path,
+                                                                         capsys):
+    """``--classes FILE.hdf5``: the table and view recorded in a FastSurfer export
+    (here sagittal, cortex split) map classes back; a recorded table edited after export
+    no longer matches its hash and is refused, as is a --view the file does not hold."""
+    h5py = pytest.importorskip("h5py")
+    from mriprep.outputs.fastsurfer_hdf5 import HDF5Options, _write_attributes
+    from mriprep.training.labels import dkt_table
+
+    table = dkt_table(cortex="split")
+    exported = tmp_path / "train_sagittal.hdf5"
+    with h5py.File(exported, "w") as hf:
+        _write_attributes(hf, table, HDF5Options(view="sagittal"))
+    rng = np.random.default_rng(5)
+    classes = rng.integers(0, table.num_classes("sagittal"), tiny_cache.shape).astype(np.int16)
+    prediction = tmp_path / "classes.npy"
+    np.save(prediction, classes)
+    plain, mapped = tmp_path / "plain.nii.gz", tmp_path / "aparc.nii.gz"
+    base = ["to-native", str(tiny_cache.root), "sub-a", str(prediction)]
+    assert cli_main(base + ["-o", str(plain)]) == 0
+    assert cli_main(base + ["-o", str(mapped), "--classes", str(exported)]) == 0
+    plain_data = np.asarray(nib.load(plain).dataobj)
+    np.testing.assert_array_equal(np.asarray(nib.load(mapped).dataobj),
+                                  table.class_ids("sagittal")[plain_data])
+    # the view came from the file: axial's list would have given other numbers
+    assert (table.class_ids("axial")[plain_data] != table.class_ids("sagittal")[plain_data]).any()
+
+    assert cli_main(base + ["-o", str(mapped), "--classes", str(exported), "--view",
+                            "axial", "--force"]) == 2
+    assert "holds the sagittal view" in capsys.readouterr().err
+    with h5py.File(exported, "r+") as hf:
+        hf.attrs["label_table"] = hf.attrs["label_table"].replace('"split"', '"fuse"')
+    assert cli_main(base + ["-o", str(mapped), "--classes", str(exported), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "SHA-256" in err and str(exported) in err
+
+
 # -- the demo cohort: labels and images there and back ---------------------------------
 
 # Measured Dice per label (CSF, GM, WM) of native label map -> cache -> to_native, over

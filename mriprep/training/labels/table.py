@@ -198,6 +198,29 @@ class LabelTable:
         text = json.dumps(self.describe(), sort_keys=True).encode()
         return hashlib.sha256(text).hexdigest()
 
+    @classmethod
+    def from_description(cls, description: dict, source: str = "",
+                         sha256: str | None = None) -> "LabelTable":
+        """The table a :meth:`describe` recorded (in an export), checked against its
+        recorded :meth:`hash` when ``sha256`` is given."""
+        try:
+            lut = Lut(np.asarray(description["ids"], dtype=np.int64),
+                      tuple(description["names"]),
+                      np.zeros((len(description["ids"]), 4), np.uint8), source)
+            table = cls(lut, processing=description["processing"],
+                        cortex=description["cortex"], unknown=description["unknown"],
+                        sag_mask=tuple(description["sag_mask"]),
+                        combi=tuple(description["combi"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{source}: the recorded label table is incomplete or "
+                             f"malformed ({exc!r}); export again with this mriprep") from None
+        if sha256 is not None and table.hash() != sha256:
+            raise InputError(f"{source}: the recorded label table does not match its "
+                             f"recorded SHA-256 {sha256[:12]}… (it hashes to "
+                             f"{table.hash()[:12]}…); the file was edited after export, "
+                             "export it again")
+        return table
+
 
 def _view(view: str) -> str:
     if view not in VIEWS:
