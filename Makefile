@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -ra --durations=15 $(XDIST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -ra -m "not slow" $(XDIST)
+	$(PY) -m pytest -q -ra --durations=15 -m "not slow and not demo and not heavy" $(XDIST)
 
 demo: $(STAMP)
 	$(VENV)/bin/mriprep demo $(DEMO_DIR) --run --check

@@ -51,7 +51,7 @@ from mriprep.core.errors import MriprepError  # noqa: E402
 from mriprep.inputs.manifest import ManifestRow  # noqa: E402
 from mriprep.pipelines import Pipeline, load_pipeline  # noqa: E402
 from mriprep.run.cohort import cohort_rows, run_cohort  # noqa: E402
-from mriprep.run.scheduling import configure_worker  # noqa: E402
+from mriprep.run.worker_setup import configure_worker  # noqa: E402
 from mriprep.run.subject import input_paths, process_subject, run_stages  # noqa: E402
 
 from benchmarks.monai_baseline import MonaiProcess, monai_seconds  # noqa: E402

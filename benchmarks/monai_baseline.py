@@ -4,7 +4,7 @@ Two ways to run it, both reported by ``bench_runner``:
 
 * **as shipped** (:class:`MonaiProcess`): in a separate Python process with the
   allocator and NumPy defaults a MONAI user has. The bench process is set up as an
-  mriprep worker (:func:`mriprep.run.scheduling.configure_worker`: freed memory kept for
+  mriprep worker (:func:`mriprep.run.worker_setup.configure_worker`: freed memory kept for
   reuse, no huge-page requests), and those settings would otherwise speed MONAI up too:
   they are mriprep's, not MONAI's.
 * **with mriprep's worker settings** (:func:`monai_seconds` in the bench process): what
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mriprep.run.scheduling import MALLOC_ENV, NUMPY_HUGEPAGE_ENV
+from mriprep.run.worker_setup import MALLOC_ENV, NUMPY_HUGEPAGE_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # mriprep's worker settings for a process's start; a MONAI user's process has none of them.

@@ -16,18 +16,29 @@ from typing import Any, Callable
 from filelock import FileLock
 
 
-def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Any:
-    """``build(folder)``, run once per test run whatever the number of xdist workers.
-
-    The first worker to ask builds in ``<run's temp>/<name>/`` and pickles the returned
-    value beside it; the others wait on the lock and unpickle it. A build that raises
-    leaves nothing, so each worker that asks raises too (the same error, reported per
-    test). Tests only read what a shared fixture built (a test that changes a cache
-    changes a clone, ``tests/cache_clone.py``).
-    """
+def shared_folder(tmp_path_factory) -> Path:
+    """The run's temp folder that every xdist worker of this run sees."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the folder all workers of this run share
+    return base
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Any:
+    """``build(folder)``, run once per test run whatever the number of xdist workers."""
+    return built_once_in(shared_folder(tmp_path_factory), name, build)
+
+
+def built_once_in(base: Path, name: str, build: Callable[[Path], Any]) -> Any:
+    """``build(base / name)``, run once whoever asks first (a worker or the background
+    build of :mod:`tests.demo_build`).
+
+    The first to ask builds in ``<base>/<name>/`` and pickles the returned value beside
+    it; the others wait on the lock and unpickle it. A build that raises leaves nothing,
+    so each one that asks raises too (the same error, reported per test). Tests only
+    read what a shared fixture built (a test that changes a cache changes a clone,
+    ``tests/cache_clone.py``).
+    """
     record = base / f"{name}.pickle"
     with FileLock(str(base / f"{name}.lock")):
         if record.exists():

@@ -21,7 +21,7 @@ from typing import Iterable
 import numpy as np
 
 from mriprep.cache import Cache, IndexEntry, entry_key
-from mriprep.cache.formats import is_compressed, read_tensor, write_compressed
+from mriprep.cache.formats import format_of, read_tensor
 from mriprep.core.hashing import checksum_file
 
 COPIED_SUFFIXES = {".json", ".csv"}  # small files that tests rewrite: real copies
@@ -70,15 +70,13 @@ def read_array(path: Path) -> np.ndarray:
 
 
 def replace_array(path: Path, array: np.ndarray) -> None:
-    """Save ``array`` in the format of the tensor file ``path`` (``.npy``, or LZ4 for a
-    ``.b2nd``) through a new file, bypassing the cache (as a stray script would: the
-    checksums in the sidecar and index are left stale)."""
+    """Save ``array`` in the format of the tensor file ``path`` (its first choice:
+    ``.npy``, or LZ4 for a ``.b2nd``) through a new file, bypassing the cache (as a stray
+    script would: the checksums in the sidecar and index are left stale)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    fmt = format_of(path)
     with open(tmp, "wb") as fh:
-        if is_compressed(path):
-            write_compressed(fh, tmp, np.ascontiguousarray(array), "lz4")
-        else:
-            np.save(fh, array, allow_pickle=False)
+        fmt.write(fh, np.ascontiguousarray(array), fmt.choices[0])
     os.replace(tmp, path)
 
 

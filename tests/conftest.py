@@ -1,22 +1,20 @@
 """Shared fixtures: the demo cohort (synthetic people made from nilearn's MNI152, offline).
 
 ``make test`` runs the suite on every core (pytest-xdist); the expensive session
-fixtures are built once per run, not once per worker (:mod:`tests.built_once`).
+fixtures are built once per run, not once per worker (:mod:`tests.built_once`), and the
+demo build starts in the background while the tests that do not need it run
+(:mod:`tests.demo_build`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.built_once import built_once
-
-if TYPE_CHECKING:
-    from mriprep.run.cohort import RunResult
+from tests.built_once import shared_folder
+from tests.demo_build import (DEMO_FIXTURES, DemoCache, demo_cache_in, demo_cohort_in,
+                              start_background_build, stop_background_build)
 
 # Heavy libraries get one thread each: the CI machine has two cores and the tests must
 # stay deterministic whatever the machine.
@@ -24,22 +22,76 @@ os.environ.setdefault("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# What `make test-fast` leaves out besides `slow` and `demo`: tests that build or register
+# whole synthetic or real heads, seconds each (the slowest of `make test`'s durations).
+HEAVY = (
+    "tests/demo/test_conform_fidelity.py",
+    "tests/demo/test_demo.py",
+    "tests/pipelines/test_conform_pipeline.py",
+    "tests/pipelines/test_template_swap.py",
+    "tests/pipelines/test_pipeline.py::test_a_wheel_in_a_fresh_virtualenv",
+    "tests/splits/test_identity.py",
+    "tests/stages/mask_slices/test_artifacts.py",
+    "tests/stages/mask_slices/test_lattice.py",
+    "tests/stages/test_plausibility.py",
+    "tests/stages/test_register.py",
+    "tests/stages/test_register_population.py",
+    "tests/stages/test_register_pyramid.py",
+    "tests/test_real_scans.py",
+)
+
+
+def _needs_demo(item) -> bool:
+    return not DEMO_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests that need the demo build `demo` and the HEAVY ones `heavy`; run
+    the `demo` ones last: the grouped
+    ones (a Slurm group holds one worker for its whole length) first among them.
+
+    Every xdist worker sorts the same collection the same way, as xdist requires."""
+    grouped = set()
+    for item in items:
+        if _needs_demo(item):
+            item.add_marker(pytest.mark.demo)
+        if item.nodeid.startswith(HEAVY):
+            item.add_marker(pytest.mark.heavy)
+    for item in items:
+        group = item.get_closest_marker("xdist_group")
+        if group and item.get_closest_marker("demo"):
+            grouped.add(group.args[0] if group.args else group.kwargs.get("name"))
+
+    def rank(item) -> int:
+        group = item.get_closest_marker("xdist_group")
+        if group and (group.args[0] if group.args else group.kwargs.get("name")) in grouped:
+            return 1
+        return 2 if item.get_closest_marker("demo") else 0
+
+    items.sort(key=rank)  # stable: collection order within each rank
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _demo_build_in_background(request, tmp_path_factory):
+    """Start the demo build as the session starts, when a selected test needs it."""
+    if not any(item.get_closest_marker("demo") for item in request.session.items):
+        yield
+        return
+    process = start_background_build(shared_folder(tmp_path_factory))
+    yield
+    if process is None:
+        return
+    if request.session.shouldstop or request.session.shouldfail:
+        stop_background_build(process)  # -x or Ctrl-C: nobody will use it
+    else:
+        process.wait()  # another worker may still be waiting for it
+
+
 @pytest.fixture(scope="session")
 def demo_cohort(tmp_path_factory):
     """The full demo cohort: synthetic people in known poses, planted defects and scans
     registration must refuse (see :mod:`mriprep.demo.cohort`)."""
-    from mriprep.demo import build_demo_cohort
-
-    return built_once(tmp_path_factory, "demo_cohort",
-                      lambda folder: build_demo_cohort(folder, seed=0))
-
-
-@dataclass(frozen=True)
-class DemoCache:
-    """The demo cohort preprocessed by the default pipeline: the cache folder and the run."""
-
-    path: Path
-    run: "RunResult"
+    return demo_cohort_in(shared_folder(tmp_path_factory))
 
 
 @pytest.fixture(scope="session")
@@ -51,19 +103,4 @@ def demo_cache(demo_cohort, tmp_path_factory) -> DemoCache:
     the cache. The run takes about 60 s, so the whole session shares it: tests only read
     it, and a test that changes a cache changes a clone (``tests/cache_clone.py``).
     """
-    from mriprep.pipelines import load_pipeline
-    from mriprep.run.cohort import run_cohort, cohort_rows
-
-    def build(folder: Path) -> DemoCache:
-        root = folder / "cache"
-        run = run_cohort(
-            cohort_rows(demo_cohort.manifest),
-            root,
-            load_pipeline("t1w_mni_rigid"),
-            scheduler="processes",
-            workers=2,
-            manifest=demo_cohort.manifest,
-        )
-        return DemoCache(path=root, run=run)
-
-    return built_once(tmp_path_factory, "demo_cache", build)
+    return demo_cache_in(shared_folder(tmp_path_factory))

@@ -5,7 +5,8 @@ Layout of a cache folder::
     CACHE/
       mriprep-cache.json          marker: format name and version
       index.json                  the live entries (one per subject/session) and their split
-      entries/<key>/image.npy     float32, float16 or uint8 [X, Y, Z], C order
+      entries/<key>/image.npy     float32, float16 or uint8 [X, Y, Z], C order (.b2nd when
+                                  compressed: the suffix names the format, cache.formats)
       entries/<key>/valid.npy     bool [X, Y, Z]: False where a voxel was filled or masked
       entries/<key>/label.npy     int16 [X, Y, Z] (only when the subject has a label map)
       entries/<key>/meta.json     sidecar: geometry, inputs, checksums, provenance
@@ -43,11 +44,13 @@ Modules: :mod:`~mriprep.cache.store` (the folder, :class:`Cache`), :mod:`~mripre
 (an entry as the index lists it, :class:`IndexEntry`), :mod:`~mriprep.cache.index_reader`
 (the index's documents as entries or refusals), :mod:`~mriprep.cache.safety` (what an
 entry must be before it is followed), :mod:`~mriprep.cache.files` (how a file of an entry
-is written and recorded).
+is recorded), :mod:`~mriprep.cache.formats` (how a tensor is stored: one module per
+format, and the registry every reader and writer goes through).
 """
 
 from mriprep.cache.entry import FileRecord, IndexEntry, MalformedEntry, UnsafeEntry
-from mriprep.cache.files import drop_written_pages, file_record, npy_checksum, npy_header
+from mriprep.cache.files import drop_written_pages, file_record
+from mriprep.cache.formats.npy import npy_checksum, npy_header
 from mriprep.cache.index_reader import IndexReading, RefusedEntry, read_entries
 from mriprep.cache.safety import is_key
 from mriprep.cache.store import (

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mriprep.cache.formats import DEFAULT_CHOICE, tensor_file_name
 from mriprep.cache.safety import entry_safety_problems
 from mriprep.core.errors import CacheError
 
@@ -99,7 +100,8 @@ class IndexEntry:
     @classmethod
     def from_json(cls, key: str, doc: Any) -> "IndexEntry":
         """The entry ``index.json`` lists under ``key``. The entry keeps ``doc`` itself (a
-        freshly parsed document: copying 10,000 of them took 0.6 s on every index read),
+        freshly parsed document: copying them all was a cost on every index read; see
+        docs/benchmarks.md, "Cache and runner"),
         so the caller must not change it afterwards."""
         return cls(key, doc)
 
@@ -164,15 +166,15 @@ class IndexEntry:
         tensor's compression (``float16 lz4``; ``uint8, valid+label lz4``; ``float32``)."""
         files = self._doc.get("files", {})
         image = files.get("image", {})
-        how = {n: (r.get("compression") or "none") for n, r in files.items()
+        how = {n: (r.get("compression") or DEFAULT_CHOICE) for n, r in files.items()
                if isinstance(r, dict)}
         text = str(image.get("dtype", "?"))
         if len(set(how.values())) == 1:
-            only = next(iter(how.values()), "none")
-            return text if only == "none" else f"{text} {only}"
+            only = next(iter(how.values()), DEFAULT_CHOICE)
+            return text if only == DEFAULT_CHOICE else f"{text} {only}"
         parts = {}
         for name, choice in how.items():
-            if choice != "none":
+            if choice != DEFAULT_CHOICE:
                 parts.setdefault(choice, []).append(name)
         return text + ", " + ", ".join(f"{'+'.join(n)} {c}" for c, n in parts.items())
 
@@ -276,7 +278,8 @@ def _record_problems(name: str, info: dict[str, Any]) -> list[str]:
 
 def _file_record(name: str, info: dict[str, Any], tensor: bool) -> FileRecord:
     return FileRecord(
-        file=info.get("file", f"{name}.npy" if tensor else name),
+        # A record without a file name predates the formats: the default format's.
+        file=info.get("file", tensor_file_name(name, DEFAULT_CHOICE) if tensor else name),
         bytes=info.get("bytes"),
         xxh3_128=info.get("xxh3_128"),
         dtype=info.get("dtype"),

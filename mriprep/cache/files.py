@@ -1,34 +1,17 @@
-"""How an entry's files are written and recorded: the ``.npy`` header, checksums
-computed from memory, the sidecar's record of a file, and dropping written pages from
-the page cache (an entry is read at training time, not now)."""
+"""How an entry's files are recorded and let go of: the sidecar's record of a file (its
+checksum computed from memory where the file's format can) and dropping written pages
+from the page cache (an entry is read at training time, not now)."""
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 
+from mriprep.cache.formats import find_format
 from mriprep.core.hashing import checksum_file
-
-def npy_header(array: np.ndarray) -> bytes:
-    """The header ``np.save`` writes before the bytes of a C-contiguous ``array``."""
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
-    return header.getvalue()
-
-
-def npy_checksum(array: np.ndarray, header: bytes | None = None) -> tuple[str, int]:
-    """XXH3-128 and size of the ``.npy`` file ``np.save`` writes for a C-contiguous
-    ``array`` (header, then the raw bytes), computed from memory; ``header`` is
-    :func:`npy_header` of ``array`` when the caller has it already."""
-    header = npy_header(array) if header is None else header
-    digest = xxhash.xxh3_128(header)
-    digest.update(array.reshape(-1).view(np.uint8))  # the bytes, without a copy
-    return digest.hexdigest(), len(header) + array.nbytes
 
 
 def drop_written_pages(fd: int) -> None:
@@ -37,10 +20,10 @@ def drop_written_pages(fd: int) -> None:
     A cache entry is written once and read at training time, usually long after or on
     another machine: its pages are not worth keeping here. Kept, they also made every
     entry cost fresh memory. A worker keeps its own freed memory for the next subject
-    (see ``mriprep.run.scheduling``), so the page cache grew out of memory the kernel had
-    not touched for a while, and on the CI VM each such page cost 7 us (the hypervisor
-    hands it back): 0.1 s to write a 60 MB entry. The next entry now reuses the dropped
-    pages: 0.015 s. Only clean pages can be dropped, so this follows the fsync. Without
+    (see ``mriprep.run.worker_setup``), so the page cache grew out of memory the kernel had
+    not touched for a while, which on a VM is slow to fault in (the hypervisor hands it
+    back). The next entry now reuses the dropped pages (docs/benchmarks.md, "Cache and
+    runner"). Only clean pages can be dropped, so this follows the fsync. Without
     ``posix_fadvise`` (macOS) it does nothing.
     """
     if hasattr(os, "posix_fadvise"):
@@ -51,21 +34,17 @@ def file_record(path: Path, array: np.ndarray | None = None) -> dict[str, Any]:
     """How the sidecar lists one file of an entry: name, size, checksum (and for a
     tensor, its dtype and shape).
 
-    A ``.npy`` just saved from ``array`` is hashed from memory rather than read back, when
-    the file starts with the header this module expects and has the expected size; any
-    other file (a compressed tensor, a NumPy that lays out its header differently) is
-    read and hashed.
+    A tensor just saved from ``array`` is checksummed from memory when its format can
+    tell the file is what it wrote (:meth:`TensorFormat.written_checksum`: a ``.npy``);
+    any other file is read and hashed.
     """
     record: dict[str, Any] = {"file": path.name}
     size = path.stat().st_size
     checksum = None
     if array is not None:
         record.update(dtype=str(array.dtype), shape=list(array.shape))
-        if array.flags.c_contiguous and path.suffix == ".npy":
-            header = npy_header(array)
-            with open(path, "rb") as fh:
-                written = fh.read(len(header))
-            if written == header and size == len(header) + array.nbytes:
-                checksum = npy_checksum(array, header)[0]
+        fmt = find_format(path)
+        if fmt is not None:
+            checksum = fmt.written_checksum(path, array, size)
     record.update(bytes=size, xxh3_128=checksum or checksum_file(path))
     return record

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -21,16 +20,16 @@ from mriprep.cache.index_reader import IndexReading, read_entries
 from mriprep.cache.safety import key_problems
 from mriprep.cache.files import drop_written_pages, file_record
 from mriprep.cache.formats import (
-    COMPRESSED_SUFFIX,
-    NPY_SUFFIX,
+    DEFAULT_CHOICE,
+    format_for,
     open_tensor,
     read_tensor,
     tensor_file_name,
-    write_compressed,
+    tensor_file_names,
 )
 from mriprep.core.atomic import fsync_dir, move_folder_into_place, sweep_stale, write_text
 from mriprep.core.errors import CacheError
-from mriprep.core.hashing import checksum_file
+from mriprep.core.hashing import checksum_file, hash_json
 from mriprep.core.volume import jsonable
 
 FORMAT_NAME = "mriprep-cache"
@@ -70,8 +69,7 @@ def entry_key(
     }
     if header and header != "auto":
         content["header"] = header
-    payload = json.dumps(content, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return hash_json(content)
 
 
 
@@ -146,16 +144,17 @@ class Cache:
         return _read_json(path)
 
     def tensor_path(self, key: str, name: str) -> Path:
-        """The file of tensor ``name`` of an entry known by its key only: ``<name>.b2nd``
-        when the entry stores it compressed, else ``<name>.npy`` (which need not exist).
-        With the entry's index record at hand, :meth:`entry_file` reads the name from it
-        instead, without looking at the disk."""
-        compressed = self.entry_dir(key) / f"{name}{COMPRESSED_SUFFIX}"
-        return compressed if compressed.is_file() else self.entry_dir(key) / f"{name}{NPY_SUFFIX}"
+        """The file of tensor ``name`` of an entry known by its key only: the one of its
+        possible names (one per storage format) that exists, else ``<name>.npy`` (which
+        then does not exist). With the entry's index record at hand, :meth:`entry_file`
+        reads the name from it instead, without looking at the disk."""
+        folder = self.entry_dir(key)
+        default, *others = (folder / file for file in tensor_file_names(name))
+        return next((path for path in others if path.is_file()), default)
 
     def entry_file(self, entry: IndexEntry, name: str) -> Path:
-        """The file of tensor ``name`` as ``entry``'s record names it (``.npy`` or
-        ``.b2nd``); :meth:`tensor_path` for a tensor the record does not list."""
+        """The file of tensor ``name`` as ``entry``'s record names it (its suffix says its
+        format); :meth:`tensor_path` for a tensor the record does not list."""
         record = entry.files.get(name)
         if record is None:
             return self.tensor_path(entry.key, name)
@@ -164,7 +163,7 @@ class Cache:
     def load_tensor(self, key: str, name: str, mmap: bool = True) -> np.ndarray:
         """A tensor of an entry as a NumPy array, never unpickled: a ``.npy`` memory-mapped
         read-only by default, a compressed one decoded whole (:meth:`open_tensor` decodes
-        only the region sliced)."""
+        only the region sliced; :mod:`mriprep.cache.formats`)."""
         return read_tensor(self._existing_tensor(key, name), mmap=mmap)
 
     def open_tensor(self, key: str, name: str) -> Any:
@@ -218,9 +217,10 @@ class Cache:
         with its size and checksum under ``extra_files`` in the sidecar (``files`` keeps
         listing tensors only).
 
-        ``compression`` is how the tensors are stored (:mod:`mriprep.cache.formats`):
-        ``"none"`` (``.npy``), ``"lz4"`` or ``"zstd"`` (``.b2nd``), for all of them or per
-        tensor name (a name left out is ``none``). Each tensor's record says its file.
+        ``compression`` is how the tensors are stored, a choice of a registered format
+        (:mod:`mriprep.cache.formats`): ``"none"`` (``.npy``), ``"lz4"`` or ``"zstd"``
+        (``.b2nd``), for all of them or per tensor name (a name left out is ``none``).
+        Each tensor's record says its file, and its choice unless it is ``none``.
 
         Raises
         ------
@@ -239,8 +239,10 @@ class Cache:
         extra_files = dict(extra_files or {})
         per_tensor = (dict(compression) if isinstance(compression, dict)
                       else dict.fromkeys(tensors, compression))
-        reserved = {"meta.json"} | {tensor_file_name(name, c) for name in TENSOR_NAMES
-                                     for c in ("none", "lz4")}
+        how = {name: per_tensor.get(name, DEFAULT_CHOICE) for name in tensors}
+        formats = {name: format_for(choice) for name, choice in how.items()}  # before any I/O
+        reserved = {"meta.json"} | {file for name in TENSOR_NAMES
+                                    for file in tensor_file_names(name)}
         for name in extra_files:
             if Path(name).name != name or name.startswith(".") or name in reserved:
                 raise ValueError(
@@ -254,19 +256,15 @@ class Cache:
             files = {}
             for name, array in tensors.items():
                 array = np.ascontiguousarray(array)
-                how = per_tensor.get(name, "none")
-                path = tmp / tensor_file_name(name, how)
+                path = tmp / tensor_file_name(name, how[name])
                 with open(path, "wb") as fh:
-                    if how == "none":
-                        np.save(fh, array, allow_pickle=False)
-                    else:
-                        write_compressed(fh, path, array, how)
+                    formats[name].write(fh, array, how[name])
                     fh.flush()
                     os.fsync(fh.fileno())
                     drop_written_pages(fh.fileno())
                 files[name] = file_record(path, array)
-                if how != "none":
-                    files[name]["compression"] = how
+                if how[name] != DEFAULT_CHOICE:
+                    files[name]["compression"] = how[name]
             extras = {}
             for name, content in extra_files.items():
                 path = tmp / name

@@ -12,7 +12,9 @@ One job per module; :func:`check_cache` runs them in order:
 * :mod:`~mriprep.check.headers`: inputs whose qform and sform disagree, as warnings;
 * :mod:`~mriprep.check.manifest`: the cache against the manifest and the run report;
 * :mod:`~mriprep.check.report`: the report model and how messages name entries;
-* :mod:`~mriprep.check.render`: the report as a table for people.
+* :mod:`~mriprep.check.render`: the report as a table for people;
+* :mod:`~mriprep.check.codes`: the finding codes explained (``--explain CODE``) and as
+  the README's table.
 """
 
 from mriprep.check.cache_check import check_cache, verify_cache

@@ -2,7 +2,8 @@
 
 :func:`check_cache` proves that a cache is safe to train on, or lists every reason it is
 not, all at once. It runs the checks of :mod:`mriprep.check` in order; each problem is
-a :class:`Finding` with a stable ``code``:
+a :class:`Finding` with a stable ``code``, registered with its severity, meaning and fix
+in :data:`mriprep.core.finding_codes.CODES` (``mriprep check --explain CODE``):
 
 Tensor pass (:mod:`mriprep.check.entries`: every file read once, in chunks)
     ``file-missing``, ``file-size``, ``tensor-unreadable``, ``tensor-layout``,
@@ -63,20 +64,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from mriprep.cache import Cache
+from mriprep.cache.run_report import read_latest_run_report
 from mriprep.check.entries import scan_entries
 from mriprep.check.headers import check_headers
 from mriprep.check.index import check_geometry, check_index, well_formed_entries
 from mriprep.check.labels import check_labels
 from mriprep.check.quality import check_quality
-from mriprep.check.manifest import (
-    check_against_manifest,
-    manifest_name,
-    manifest_rows,
-    read_run_report,
-)
+from mriprep.check.manifest import check_against_manifest, manifest_name, manifest_rows
 from mriprep.check.report import CheckReport, by_name, count_splits
 from mriprep.core.errors import CacheError
-from mriprep.core.findings import Finding, Severity
+from mriprep.core.findings import Finding
 from mriprep.core.limits import cast_limits
 from mriprep.splits import NEAR_DUPLICATE_THRESHOLD
 
@@ -165,7 +162,7 @@ def check_cache(
     report.pipeline_hashes = dict(Counter(e.pipeline_hash for e in index.values()))
     if rows is not None:
         report.findings += check_against_manifest(
-            index, rows, read_run_report(root), manifest_name(manifest), tuple(exclusions)
+            index, rows, read_latest_run_report(root), manifest_name(manifest), tuple(exclusions)
         )
     report.seconds = time.perf_counter() - started
     return report
@@ -209,7 +206,7 @@ def _integrity(cache: Cache, report: CheckReport, cast, workers, progress):
         raw_index = cache.read_index()
     except CacheError as exc:
         report.findings.append(Finding(
-            Severity.ERROR, "index-unreadable",
+            "index-unreadable",
             f"{exc}; `mriprep cache repair {cache.root}` rebuilds it from the entries' "
             "sidecars"))
         return None
@@ -217,7 +214,7 @@ def _integrity(cache: Cache, report: CheckReport, cast, workers, progress):
     if not raw_index:
         report.findings.append(
             Finding(
-                Severity.ERROR, "empty-cache",
+                "empty-cache",
                 f"{cache.root} has no indexed entries; run `mriprep run` first"
             )
         )

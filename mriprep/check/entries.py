@@ -15,7 +15,7 @@ import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.check.tensors import scan_tensor_file
-from mriprep.core.findings import Finding, Severity
+from mriprep.core.findings import Finding
 from mriprep.core.hashing import CHUNK_BYTES, file_checksum
 from mriprep.core.limits import CastLimits
 
@@ -33,9 +33,6 @@ class EntryScan:
     label_counts: dict[int, int] | None = None
     meta: dict[str, Any] | None = None
 
-
-# Problems of the tensor pass that are reported as warnings; every other one is an error.
-WARNING_CODES = frozenset({"cast-underflow", "cast-precision"})
 
 _META_FIELDS = (
     "subject_id",
@@ -67,7 +64,8 @@ def scan_entry(
     subject = (entry.subject_id,)
 
     def report(code: str, message: str) -> None:
-        result.findings.append(Finding(Severity.ERROR, code, f"{name}: {message}", (key,), subject))
+        # the code's severity is the registry's (mriprep.core.finding_codes)
+        result.findings.append(Finding(code, f"{name}: {message}", (key,), subject))
 
     meta_path = cache.entry_dir(key) / "meta.json"
     try:
@@ -94,11 +92,7 @@ def scan_entry(
         scan = scan_tensor_file(path, kind, buffer, cast_dtype)
         result.bytes_read += scan.bytes_read
         for code, detail in scan.problems:
-            if code in WARNING_CODES:
-                message = f"{name}: {path.name} {detail}"
-                result.findings.append(Finding(Severity.WARNING, code, message, (key,), subject))
-            else:
-                report(code, f"{path.name} {detail}")
+            report(code, f"{path.name} {detail}")
         if scan.checksum is None:
             continue  # missing: nothing more to compare
         if "file-size" not in {c for c, _ in scan.problems} and scan.bytes_read != record.bytes:

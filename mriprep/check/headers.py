@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mriprep.cache import IndexEntry
-from mriprep.core.findings import Finding, Severity
+from mriprep.core.findings import Finding
 from mriprep.inputs.headers import FORM_CONFLICT_LIMIT_MM, header_conflict
 
 
@@ -34,7 +34,7 @@ def check_headers(index: Mapping[str, IndexEntry], metas: Mapping[str, Any]) -> 
         source = load.get("affine_source", "qform")
         other = "sform" if source == "qform" else "qform"
         findings.append(Finding(
-            Severity.WARNING, "header-conflict",
+            "header-conflict",
             f"{entry.finding_name}: the qform and sform of {load.get('file', 'its input')} "
             f"place the field of view up to {distance:.1f} mm apart (limit "
             f"{FORM_CONFLICT_LIMIT_MM:g} mm); the {source} was used (FastSurfer's rule), so "

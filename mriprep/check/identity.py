@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from mriprep.cache import IndexEntry
-from mriprep.core.findings import Finding, Severity, named
+from mriprep.core.findings import Finding, named
 from mriprep.splits.identity import (
     COHORT_CENTRED_MIN,
     IDENTITY_ERROR,
@@ -82,7 +82,7 @@ def check_identity(
             continue
         if not on_reference and len(keys) < COHORT_CENTRED_MIN:
             # a note, not a warning: two entries hold no leak worth failing --strict for
-            notes.append(_too_few(entries).message)
+            notes.append(_too_few_note(entries))
             continue
         matrix = np.stack([fingerprints[k] for k in keys])
         centre = reference if on_reference else "cohort"
@@ -125,21 +125,19 @@ def _grid(entry: IndexEntry) -> str:
            f"{list(entry.shape or ())}"
 
 
-def _too_few(entries: list[IndexEntry]) -> Finding:
-    return Finding(
-        Severity.WARNING, "identity-too-few",
+def _too_few_note(entries: list[IndexEntry]) -> str:
+    return (
         f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({_grid(entries[0])}: "
         f"{named([e.finding_name for e in entries])}) are too few to judge identity: their "
         "grid is not the reference population's (t1w_mni_rigid's MNI152 1 mm), so they "
         f"can only be compared with their own average, which needs {COHORT_CENTRED_MIN} "
         "entries; one person under two ids is not looked for here. Preprocess with "
-        "t1w_mni_rigid, or check the cohort as a whole",
-        tuple(e.key for e in entries), tuple(sorted({e.subject_id for e in entries})))
+        "t1w_mni_rigid, or check the cohort as a whole")
 
 
 def _too_uniform(entries: list[IndexEntry], shared: float) -> Finding:
     return Finding(
-        Severity.WARNING, "identity-too-uniform",
+        "identity-too-uniform",
         f"{len(entries)} entries ({_grid(entries[0])}) deviate from the reference "
         f"population alike (mean identity correlation of different ids {shared:.2f} >= "
         f"{UNIFORM_DEVIATION}): either one person is under most of their ids, or the "
@@ -161,20 +159,20 @@ def identity_finding(ea: IndexEntry, eb: IndexEntry, corr: float, threshold: flo
     if ea.split and eb.split and ea.split != eb.split:
         if corr >= sure:
             return Finding(
-                Severity.ERROR, "identity-leak",
+                "identity-leak",
                 f"{names} show the same person's anatomy (identity correlation {corr:.3f} "
                 f">= {sure}): one person in two splits makes the {ea.split}/{eb.split} "
                 "score optimistic. Give the two ids one subject id in the manifest and "
                 "reassign splits by subject (`mriprep splits --assign`), then rerun "
                 "`mriprep run`", keys, subjects)
         return Finding(
-            Severity.WARNING, "possible-identity-leak",
+            "possible-identity-leak",
             f"{names} may show the same person (identity correlation {corr:.3f}, from "
             f"{threshold}; {sure} is certain): compare the two scans, and if they are "
             "one person give them one subject id and reassign splits by subject "
             "(`mriprep splits --assign`)", keys, subjects)
     return Finding(
-        Severity.WARNING, "near-duplicate",
+        "near-duplicate",
         f"{names} look like the same person (identity correlation {corr:.3f} >= "
         f"{threshold}); if they are one person under two ids, merge the ids in the "
         "manifest", keys, subjects)

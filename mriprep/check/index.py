@@ -17,7 +17,7 @@ from nibabel.affines import voxel_sizes
 from mriprep.cache import IndexEntry, MalformedEntry, read_entries
 from mriprep.check.identity import check_identity
 from mriprep.check.report import by_name, subjects_of
-from mriprep.core.findings import Finding, Severity, named
+from mriprep.core.findings import Finding, named
 from mriprep.splits import (
     NEAR_DUPLICATE_THRESHOLD,
     find_identical,
@@ -48,7 +48,7 @@ def well_formed_entries(
     for refused in reading.refused:
         if refused.unsafe:
             findings.append(Finding(
-                Severity.ERROR, "index-entry-unsafe",
+                "index-entry-unsafe",
                 f"{refused.name}: index entry is unsafe and was not followed: "
                 f"{'; '.join(refused.problems)}. index.json was rewritten by someone or "
                 f"something other than mriprep: `mriprep cache repair {cache_root}` takes "
@@ -56,7 +56,7 @@ def well_formed_entries(
                 (refused.key,)))
         else:
             findings.append(Finding(
-                Severity.ERROR, "index-malformed",
+                "index-malformed",
                 f"{refused.name}: index entry {'; '.join(refused.problems)}",
                 (refused.key,)))
     return dict(sorted(reading.entries.items())), findings
@@ -107,7 +107,7 @@ def check_geometry(entry: IndexEntry) -> list[Finding]:
                 )
     name = entry.finding_name
     return [
-        Finding(Severity.ERROR, "geometry", f"{name}: {p}", (entry.key,), (entry.subject_id,))
+        Finding("geometry", f"{name}: {p}", (entry.key,), (entry.subject_id,))
         for p in problems
     ]
 
@@ -229,7 +229,6 @@ def _check_pipeline(index: dict[str, IndexEntry]) -> list[Finding]:
         name = _pipeline_name(index[keys[0]])
         findings.append(
             Finding(
-                Severity.ERROR,
                 "pipeline-mismatch",
                 f"{len(keys)} entr{'y' if len(keys) == 1 else 'ies'} (split {', '.join(splits)}) "
                 f"{'was' if len(keys) == 1 else 'were'} made by pipeline {name} "
@@ -267,7 +266,6 @@ def _check_grids(index: dict[str, IndexEntry]) -> list[Finding]:
         minority = sorted(k for _, keys in ranked[1:] for k in keys)
         findings.append(
             Finding(
-                Severity.WARNING,
                 "grid-mismatch",
                 f"pipeline {pipeline_hash[:12]} produced {len(grids)} different grids ({desc}); "
                 "whole-volume batches need one shape",

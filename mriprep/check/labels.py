@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from mriprep.cache import IndexEntry
 from mriprep.check.entries import EntryScan
 from mriprep.check.report import by_name, subjects_of
-from mriprep.core.findings import Finding, Severity
+from mriprep.core.findings import Finding
 
 
 def recorded_label_set(entry: IndexEntry, meta: dict[str, Any] | None) -> set[int] | None:
@@ -61,7 +61,6 @@ def check_labels(
             shown = ", ".join(f"{v} ({c} voxels)" for v, c in sorted(bad.items())[:10])
             findings.append(
                 Finding(
-                    Severity.ERROR,
                     "label-values",
                     f"{index[key].finding_name}: {index[key].files['label'].file} holds "
                     "value(s) outside the "
@@ -74,7 +73,6 @@ def check_labels(
     if unchecked:
         findings.append(
             Finding(
-                Severity.WARNING,
                 "labels-unchecked",
                 f"{len(unchecked)} entr{'y has' if len(unchecked) == 1 else 'ies have'} label "
                 f"maps but no recorded set of allowed values (found {_compact(unchecked_values)}); "

@@ -5,52 +5,20 @@ the check must not start on part of its cohort by accident."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Collection, Iterable
 
 from mriprep.cache import IndexEntry
+from mriprep.cache.run_report import RunReport
 from mriprep.check.report import subjects_of
 from mriprep.core.errors import CacheError
-from mriprep.core.findings import Finding, Severity, named
-from mriprep.run.reports import latest_report_path
-
-
-def read_run_report(cache_root: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
-    """Subject/session -> {status, reason} from ``CACHE/reports/latest.json`` (None if absent).
-
-    Accepts a list of subject records or an object holding one under ``subjects``,
-    ``results`` or ``rows``; each record has ``subject_id``, optional ``session_id``,
-    ``status`` and ``reason``.
-    """
-    path = latest_report_path(cache_root)
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CacheError(f"cannot read the run report {path}: {exc}") from exc
-    records = doc
-    if isinstance(doc, dict):
-        records = next(
-            (doc[k] for k in ("subjects", "results", "rows") if isinstance(doc.get(k), list)), []
-        )
-    report = {}
-    for record in records if isinstance(records, list) else []:
-        if isinstance(record, dict) and "subject_id" in record:
-            ident = (str(record["subject_id"]), str(record.get("session_id") or ""))
-            report[ident] = {
-                "status": record.get("status", ""),
-                "stage": record.get("stage") or "",
-                "reason": record.get("reason") or "",
-            }
-    return report
+from mriprep.core.findings import Finding, named
 
 
 def check_against_manifest(
     index: dict[str, IndexEntry],
     rows: Iterable[Any],
-    run_report: dict[tuple[str, str], dict[str, Any]] | None,
+    run_report: RunReport | None,
     manifest_name: str = "the manifest",
     excluded: Collection[str] = (),
 ) -> list[Finding]:
@@ -62,6 +30,7 @@ def check_against_manifest(
     other failed or missing row an error.
     """
     excluded = set(excluded)
+    reported = run_report.by_identity() if run_report is not None else {}
     excluded_rows: list[str] = []
     cached = {e.identity: k for k, e in index.items()}
     listed = set()
@@ -78,7 +47,6 @@ def check_against_manifest(
             if row.split and row.split != cache_split:
                 findings.append(
                     Finding(
-                        Severity.ERROR,
                         "manifest-split-mismatch",
                         f"{name} is in split {row.split!r} in {manifest_name} but in "
                         f"{cache_split or 'no split'!r} in the cache; rerun `mriprep run` with "
@@ -91,15 +59,14 @@ def check_against_manifest(
         if name in excluded or ident[0] in excluded:
             excluded_rows.append(name)
             continue
-        status = (run_report or {}).get(ident) or (run_report or {}).get((ident[0], ""))
-        if status and status.get("status") == "failed":
-            at = f" at stage {status['stage']!r}" if status.get("stage") else ""
+        result = reported.get(ident) or reported.get((ident[0], ""))
+        if result is not None and result.failed:
+            at = f" at stage {result.stage!r}" if result.stage else ""
             findings.append(
                 Finding(
-                    Severity.ERROR,
                     "manifest-failed",
                     f"{name} failed preprocessing{at} and is not cached: "
-                    f"{status.get('reason') or 'no reason recorded'}. Fix it and rerun, or, "
+                    f"{result.reason or 'no reason recorded'}. Fix it and rerun, or, "
                     "to train without it on purpose, list it in an exclusions file "
                     "(`mriprep check --exclude FILE`)",
                     (),
@@ -117,7 +84,6 @@ def check_against_manifest(
         )
         findings.append(
             Finding(
-                Severity.ERROR,
                 "manifest-missing",
                 f"{len(missing)} row(s) of {manifest_name} are not in the cache and {why}: "
                 f"{named(missing)}; run `mriprep run` on the manifest to complete the cache",
@@ -128,7 +94,6 @@ def check_against_manifest(
     if excluded_rows:
         findings.append(
             Finding(
-                Severity.WARNING,
                 "manifest-excluded",
                 f"{len(excluded_rows)} row(s) of {manifest_name} are not cached and listed "
                 f"as known exclusions: {named(excluded_rows)}",
@@ -140,7 +105,6 @@ def check_against_manifest(
     if extra:
         findings.append(
             Finding(
-                Severity.WARNING,
                 "not-in-manifest",
                 f"{len(extra)} cache entr{'y is' if len(extra) == 1 else 'ies are'} not in "
                 f"{manifest_name}: {named([index[k].finding_name for k in extra])}; "

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from mriprep.cache import IndexEntry
-from mriprep.core.findings import Finding, Severity
+from mriprep.core.findings import Finding
+from mriprep.qc.measures import declared_metrics, judges
 from mriprep.qc.outliers import cohort_flags
 from mriprep.qc.store import read_qc
 
@@ -26,16 +27,17 @@ def check_quality(cache_root, index: Mapping[str, IndexEntry]) -> list[Finding]:
     missing = [k for k, doc in docs.items() if doc is None]
     recorded = {k: doc.get("metrics", {}) for k, doc in docs.items()
                 if doc is not None and doc.get("status") == "cached"}
-    for outlier in cohort_flags(recorded):
+    declared = declared_metrics(doc for k, doc in docs.items() if k in recorded)
+    for outlier in cohort_flags(recorded, judges(declared)):
         entry = index[outlier.name]
         findings.append(Finding(
-            Severity.WARNING, "qc-outlier",
+            "qc-outlier",
             f"{entry.finding_name}: {outlier.describe()}; look at it in the QC report "
             f"(`mriprep report {cache_root}`)",
             keys=(entry.key,), subjects=(entry.subject_id,)))
     if missing and len(missing) < len(keys):
         findings.append(Finding(
-            Severity.WARNING, "qc-missing",
+            "qc-missing",
             f"{len(missing)} of {len(keys)} entries have no QC metrics (cached with "
             f"--no-report, or QC removed), so the quality outliers are judged without "
             f"them; `mriprep report {cache_root}` makes them",

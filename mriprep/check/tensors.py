@@ -1,28 +1,28 @@
 """One pass over one tensor file: checksum its bytes and analyse its values.
 
-A ``.npy`` is read once, in chunks of whole slices; every chunk feeds the XXH3-128
-checksum and, while it is still in the CPU cache, the analysis for the tensor's kind
+The file's storage format reads it (:meth:`mriprep.cache.formats.TensorFormat.scan`) and
+hands its values over in chunks of whole slices to the analysis for the tensor's kind
 (image: finiteness, what the cast to the training dtype loses, the block means of its
 identity fingerprint; valid mask: True count; label map: voxel count of each value). A
-compressed ``.b2nd`` is checksummed over its stored bytes, then decoded one compressed
-chunk at a time for the analysis.
+``.npy`` is read once, every chunk feeding the XXH3-128 checksum and, while it is still
+in the CPU cache, the analysis; a compressed ``.b2nd`` is checksummed over its stored
+bytes, then decoded one compressed chunk at a time.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
-import xxhash
 
-from mriprep.cache.formats import chunk_rows, is_compressed
-from mriprep.core.hashing import CHUNK_BYTES, digest_stream, file_checksum
+from mriprep.cache.formats import find_format
+from mriprep.cache.formats.base import UNREADABLE
+from mriprep.core.hashing import CHUNK_BYTES
 from mriprep.core.limits import CastLimits, cast_limits
 from mriprep.splits.identity import IDENTITY_BLOCKS, identity_descriptor
 
@@ -331,17 +331,6 @@ def block_edges(n: int, blocks: int) -> np.ndarray:
     return np.linspace(0, n, blocks + 1)[:-1].round().astype(np.intp)
 
 
-def _read_full(fh: BinaryIO, view: memoryview) -> int:
-    """Fill ``view`` from ``fh`` unless the file ends first; return the bytes read."""
-    total = 0
-    while total < len(view):
-        n = fh.readinto(view[total:])
-        if not n:
-            break
-        total += n
-    return total
-
-
 def scan_tensor_file(
     path: str | os.PathLike,
     kind: str,
@@ -350,18 +339,17 @@ def scan_tensor_file(
 ) -> TensorScan:
     """Read one tensor file once: checksum its bytes and analyse its values.
 
-    The header is parsed by ``np.load(..., mmap_mode="r", allow_pickle=False)``, exactly
-    as the training Dataset will open the file, so a file that cannot be memory-mapped
-    safely is reported here. The data are then read in chunks of whole slices into one
-    reusable ``buffer``: each chunk feeds the XXH3-128 checksum and, while it is still in
-    the CPU cache, the analysis for its ``kind`` (``"image"``: finiteness, the cast to
-    ``cast_dtype``, fingerprint; ``"valid"``: count of True voxels; ``"label"``: voxel
-    count of each value). No full copy of the tensor is ever made.
+    The file's format opens it as the training Dataset will (a ``.npy`` that cannot be
+    memory-mapped safely, a compressed stream that cannot be decoded, are reported here)
+    and reads it through one reusable ``buffer``: the bytes feed the XXH3-128 checksum,
+    the values, in chunks of whole slices, the analysis for its ``kind`` (``"image"``:
+    finiteness, the cast to ``cast_dtype``, fingerprint; ``"valid"``: count of True
+    voxels; ``"label"``: voxel count of each value). No full copy of the tensor is made.
 
     Parameters
     ----------
     path : path-like
-        The ``.npy`` or ``.b2nd`` file.
+        The tensor file (``.npy``, ``.b2nd``: any registered format).
     kind : {"image", "valid", "label"}
         Which analysis to run on the values.
     buffer : bytearray, optional
@@ -384,104 +372,24 @@ def scan_tensor_file(
     if not path.is_file():
         scan.problems.append(("file-missing", f"is missing ({path})"))
         return scan
-    if is_compressed(path):
-        return _scan_compressed(path, kind, buffer, cast, scan)
-    try:
-        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-        dtype, shape, offset = mapped.dtype, tuple(mapped.shape), int(mapped.offset)
-        fortran = mapped.ndim > 1 and not mapped.flags.c_contiguous
-        del mapped
-    except (ValueError, OSError, EOFError) as exc:
-        scan.problems.append(
-            ("tensor-unreadable", f"cannot be opened as a safe .npy ({exc}); rebuild the entry")
-        )
-        scan.checksum, scan.bytes_read = file_checksum(path, buffer)
+    fmt = find_format(path)
+    if fmt is None:
+        scan.problems.append((UNREADABLE, "is in no storage format this mriprep knows (by "
+                                          "its suffix); rebuild the entry"))
         return scan
-    scan.dtype, scan.shape = str(dtype), shape
-    if fortran:
-        scan.problems.append(
-            ("tensor-layout", "is stored in Fortran order; the cache writes C order only")
-        )
-    analysis = None if fortran else _analysis_for(kind, shape, dtype, cast)
-    row_elems = math.prod(shape[1:])
-    row_bytes = max(1, row_elems * dtype.itemsize)
-    rows_total = (shape[0] if shape else 1) if row_elems else 0  # an empty array has no data
-    if buffer is None or len(buffer) < row_bytes:
-        buffer = bytearray(max(CHUNK_BYTES, row_bytes))
-    view = memoryview(buffer)
-    rows_per_chunk = max(1, len(buffer) // row_bytes)
-    digest = xxhash.xxh3_128()
-    with open(path, "rb", buffering=0) as fh:
-        header = fh.read(offset)
-        digest.update(header)
-        scan.bytes_read += len(header)
-        row = 0
-        while row < rows_total:
-            want = min(rows_per_chunk, rows_total - row) * row_bytes
-            got = _read_full(fh, view[:want])
-            digest.update(view[:got])
-            scan.bytes_read += got
-            rows = got // row_bytes
-            if rows and analysis is not None:
-                chunk = np.frombuffer(buffer, dtype=dtype, count=rows * row_elems)
-                analysis.add(chunk.reshape((rows,) + shape[1:]), row)
-            row += rows
-            if got < want:
-                scan.problems.append(
-                    ("file-size", f"ends after {row} of {rows_total} slices (truncated)")
-                )
-                analysis = None
-                break
-        trailing = digest_stream(fh, digest, buffer)
-        if trailing:
-            scan.bytes_read += trailing
-            scan.problems.append(
-                ("file-size", f"has {trailing} bytes after the array data (rewritten?)")
-            )
-    scan.checksum = digest.hexdigest()
-    if analysis is not None:
-        analysis.finish(scan)
-    return scan
+    analysis = None
 
+    def start(dtype: np.dtype, shape: tuple[int, ...]):
+        nonlocal analysis
+        analysis = _analysis_for(kind, shape, dtype, cast)
+        return analysis
 
-def _scan_compressed(path: Path, kind: str, buffer: bytearray | None, cast: CastLimits,
-                     scan: TensorScan) -> TensorScan:
-    """:func:`scan_tensor_file` for a blosc2 ``.b2nd``: the checksum over the file's bytes
-    (the stored, compressed ones: what the index records), then the analysis over the
-    decoded values, one compressed chunk of whole slices at a time.
-
-    A stream blosc2 cannot decode is ``tensor-unreadable``. One it decodes into other
-    values (a flipped byte inside a chunk) is caught by the checksum, which the caller
-    compares with the index's.
-    """
-    import blosc2
-
-    scan.checksum, scan.bytes_read = file_checksum(path, buffer)
-    try:
-        stored = blosc2.open(str(path), mode="r")
-        dtype, shape = np.dtype(stored.dtype), tuple(int(n) for n in stored.shape)
-    except Exception as exc:  # noqa: BLE001 - blosc2 raises several types for bad frames
-        scan.problems.append(
-            ("tensor-unreadable", f"cannot be opened as a blosc2 array ({exc}); the "
-                                  "compressed file is damaged: rebuild the entry")
-        )
-        return scan
-    scan.dtype, scan.shape = str(dtype), shape
-    analysis = _analysis_for(kind, shape, dtype, cast)
-    rows_total = shape[0] if shape else 1
-    step = chunk_rows(stored)
-    try:
-        for row in range(0, rows_total if math.prod(shape) else 0, step):
-            chunk = stored[row:row + step] if shape else stored[...].reshape(1)
-            if analysis is not None:
-                analysis.add(np.ascontiguousarray(chunk), row)
-    except Exception as exc:  # noqa: BLE001 - as above
-        scan.problems.append(
-            ("tensor-unreadable", f"cannot be decoded from slice {row} on ({exc}); the "
-                                  "compressed stream is damaged: rebuild the entry")
-        )
-        return scan
-    if analysis is not None:
+    stored = fmt.scan(path, buffer, start)
+    scan.checksum, scan.bytes_read = stored.checksum, stored.bytes_read
+    scan.problems += stored.problems
+    if stored.shape is not None:
+        scan.dtype, scan.shape = str(stored.dtype), stored.shape
+    if stored.complete and analysis is not None:
         analysis.finish(scan)
     return scan
 

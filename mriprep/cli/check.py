@@ -1,8 +1,10 @@
 """``mriprep check CACHE``: the gate before training (see :mod:`mriprep.check`).
+``mriprep check --explain CODE`` says what a finding code means and how to fix it
+(:mod:`mriprep.check.codes`).
 
-Exit status: 0 the cache is sound (warnings may be listed), 1 at least one error was
-found (or a warning, with ``--strict``), 2 usage error (no such cache folder, unreadable
-manifest, bad option).
+Exit status: 0 the cache is sound (warnings may be listed), or the code was explained; 1
+at least one error was found (or a warning, with ``--strict``); 2 usage error (no such
+cache folder, unreadable manifest, bad option, unknown code).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import sys
 
 from mriprep.check import check_cache
+from mriprep.check.codes import explain, unknown
 from mriprep.check.manifest import read_exclusions
 from mriprep.check.render import render_report
 from mriprep.core.exit_codes import ExitCode
@@ -61,10 +64,17 @@ def add_parser(subparsers) -> None:
             "Verify every entry of a cache (files present, checksums, finite values, dtype, "
             "shape, spacing, label values), that one pipeline made all splits, and that no "
             "subject or image leaks between splits. Reports every problem at once. Exit 0 "
-            "when sound, 1 when a problem is found, 2 for a usage error."
+            "when sound, 1 when a problem is found, 2 for a usage error. "
+            "`mriprep check --explain CODE` explains a finding code."
         ),
     )
-    p.add_argument("cache", help="cache folder written by `mriprep run -o`")
+    p.add_argument("cache", nargs="?", help="cache folder written by `mriprep run -o`")
+    p.add_argument(
+        "--explain",
+        metavar="CODE",
+        help="say what a finding code (e.g. identity-leak) means and how to fix it, and "
+        "check nothing",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
     p.add_argument(
         "--manifest",
@@ -108,11 +118,26 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _usage(message: str) -> int:
+    print(f"mriprep check: error: {message}", file=sys.stderr)
+    return ExitCode.USAGE
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.explain is not None:
+        if args.cache is not None:
+            return _usage(f"--explain {args.explain} explains a code and checks no cache; "
+                          f"drop {args.cache}, or --explain to check it")
+        try:
+            print(explain(args.explain))
+        except KeyError:
+            return _usage(unknown(args.explain))
+        return ExitCode.OK
+    if args.cache is None:
+        return _usage("give the cache folder to check (written by `mriprep run -o`), or "
+                      "--explain CODE")
     if args.exclude and not args.manifest:
-        print("mriprep check: error: --exclude lists manifest rows; give the manifest too "
-              "(--manifest M)", file=sys.stderr)
-        return ExitCode.USAGE
+        return _usage("--exclude lists manifest rows; give the manifest too (--manifest M)")
     # --json keeps stderr quiet too: scripts that parse the output want no bar.
     bar = ProgressBar("checking", "entry", leave=False, terminal=False if args.json else None)
     try:

@@ -10,7 +10,6 @@ every defect and failure was handled as designed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -84,15 +83,14 @@ def run(args: argparse.Namespace) -> int:
         results = _run(cohort, cache_dir, args.pipeline, args.workers)
     findings = _check(cohort, cache_dir) if args.check else None
     if results is None:
-        from mriprep.run.reports import latest_report_path
-        from mriprep.run.result import SubjectResult
+        from mriprep.cache.run_report import latest_report_path, read_latest_run_report
 
-        report = latest_report_path(cache_dir)
-        if not report.exists():
-            print(f"demo: no run report at {report}; use --run", file=sys.stderr)
+        report = read_latest_run_report(cache_dir)
+        if report is None:
+            print(f"demo: no run report at {latest_report_path(cache_dir)}; use --run",
+                  file=sys.stderr)
             return ExitCode.USAGE
-        results = [SubjectResult.from_json(row)
-                   for row in json.loads(report.read_text())["subjects"]]
+        results = list(report.results)
 
     from mriprep.demo.verify import format_verdicts, verify_demo_run
 

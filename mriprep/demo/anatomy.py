@@ -261,7 +261,7 @@ def _smooth_field(shape, rng: np.random.Generator, spacing_mm: float,
     Unit Gaussian knots every ``spacing_mm`` are interpolated by cubic splines onto a
     grid of about a fifth of the knot spacing, then linearly onto ``shape``: the field
     varies on the knots' scale, so the last, cheap step changes nothing visible (a cubic
-    spline straight onto a 1 mm head grid took 5 s per component).
+    spline straight onto a 1 mm head grid was slow: docs/benchmarks.md, "Demo data").
     """
     coarse = tuple(max(2, int(np.ceil(n / spacing_mm)) + 1) for n in shape)
     step = max(3.0, spacing_mm / 5.0)

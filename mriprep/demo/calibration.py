@@ -94,7 +94,7 @@ class Case:
 
 @functools.lru_cache(maxsize=8)
 def person(seed: int, contrast: str = "t1", head_scale: float | None = None) -> Anatomy:
-    """Synthetic person number ``seed`` (built once per process; ~6 s each)."""
+    """Synthetic person number ``seed`` (built once per process: each takes seconds)."""
     return synthetic_person(np.random.default_rng([seed, 7]), contrast=contrast,
                             head_scale=head_scale, name=f"person-{seed}")
 
@@ -310,13 +310,30 @@ def _centred_affine(shape) -> np.ndarray:
     return affine
 
 
+# The steps the shipped pipelines run before registering, with their default parameters:
+# a pipeline as data, in the YAML form of mriprep/pipelines/ (plausibility is left out:
+# the calibration's failures must reach the registration's own checks).
+PREPROCESS_PIPELINE = """
+name: calibration_preprocess
+description: the calibration's scans as registration receives them
+stages: [reorient, sanitize, mask_slices]
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def _preprocess_pipeline():
+    import yaml
+
+    from mriprep.pipelines import pipeline_from_dict
+
+    return pipeline_from_dict(yaml.safe_load(PREPROCESS_PIPELINE), source="calibration")
+
+
 def preprocessed(scan: Scan, name: str = ""):
     """A scan as the default pipeline hands it to registration: a Volume after
-    reorient, sanitize and mask_slices (in memory, no file)."""
-    from mriprep.stages import get_stage
+    :data:`PREPROCESS_PIPELINE` (in memory, no file)."""
     from mriprep.core.volume import Volume
+    from mriprep.pipelines.execute import run_stages
 
     volume = Volume.from_array(scan.data, scan.affine, subject_id=name)
-    for stage in ("reorient", "sanitize", "mask_slices"):
-        volume = get_stage(stage)(volume)
-    return volume
+    return run_stages(volume, _preprocess_pipeline())

@@ -153,8 +153,9 @@ def build_demo_cohort(root: str | Path, n_subjects: int = DEFAULT_SUBJECTS,
 
     Writes ``images/``, ``labels/``, ``cohort.csv`` (the manifest) and
     ``ground_truth.json``. Deterministic in ``seed``, whatever ``workers``. Each person
-    takes about 6 s to build (a nonlinear warp of the 1 mm template), so scans are
-    written by ``workers`` processes (default: one per core, at most 4).
+    takes seconds to build (a nonlinear warp of the 1 mm template; docs/benchmarks.md,
+    "Demo data"), so scans are written by ``workers`` processes (default: one per core,
+    at most 4).
     """
     if n_subjects < 1:
         raise ValueError(f"n_subjects must be at least 1, got {n_subjects}")

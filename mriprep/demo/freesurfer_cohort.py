@@ -8,7 +8,7 @@ labels move with the person, nearest-neighbour). No planted defects: the cohort 
 the label path, the main demo cohort (:mod:`mriprep.demo.cohort`) for the defects.
 
 Writes ``images/``, ``labels/`` and ``cohort.csv`` (a manifest ``mriprep run`` reads).
-About 6 s per person to build.
+Each person takes seconds to build (docs/benchmarks.md, "Demo data").
 """
 
 from __future__ import annotations

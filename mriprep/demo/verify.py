@@ -5,6 +5,9 @@ designed. This module says, scan by scan and defect by defect, whether it was, f
 sources only: the ground truth written by :mod:`mriprep.demo.cohort`, the run's
 per-subject results (the runner's report), and the integrity check's findings. It reads
 nothing else and decides nothing about the pipeline: it is the referee, not a player.
+It reads a stage's metrics through what the stage declares they mean (the roles of
+:mod:`mriprep.stages.qc_declaration`: filled counts, flagged slices, the registration's
+transform, a refusal's causes), never by the stage's name.
 
 What "as designed" means:
 
@@ -27,11 +30,19 @@ from typing import TYPE_CHECKING, Any, Iterable
 import nibabel as nib
 import numpy as np
 
+from mriprep.stages.qc_declaration import (
+    FILLED_COUNTS,
+    FLAGGED_SLICES,
+    REFUSAL_CAUSES,
+    TEMPLATE_TO_SUBJECT,
+    declared_reading,
+    declared_stage,
+)
 from mriprep.stages.registration.geometry import target_registration_error
 from mriprep.stages.registration.template import template_brain_points
 
 if TYPE_CHECKING:
-    from mriprep.run.result import SubjectResult
+    from mriprep.cache.run_report import SubjectResult
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Against the known rigid truth of a synthetic person (the least-squares rigid part of
@@ -75,7 +86,7 @@ def verify_demo_run(
     truth
         The demo's ``ground_truth.json`` document.
     results
-        The run's per-subject :class:`~mriprep.run.result.SubjectResult` s
+        The run's per-subject :class:`~mriprep.cache.run_report.SubjectResult` s
         (``RunResult.results``, or the report's ``subjects`` read back with
         ``SubjectResult.from_json``).
     findings
@@ -104,12 +115,13 @@ def verify_demo_run(
                                       truth["subjects"])
             if verdict is not None:
                 verdicts.append(verdict)
-        if "register" in metrics:
+        registered = declared_reading(metrics, TEMPLATE_TO_SUBJECT)
+        if registered is not None:
             if points is None:
                 points = (brain_points if brain_points is not None
                           else template_brain_points("mni152", step=BRAIN_POINT_STEP))
-            verdicts.append(_registration_verdict(name, scan, metrics, points))
-            estimated[name] = metrics["register"].get("template_to_subject")
+            verdicts.append(_registration_verdict(name, scan, registered, points))
+            estimated[name] = registered[1]
     for name, scan in truth["subjects"].items():
         rescan = next((d for d in scan["defects"] if d["kind"] == "rescan"), None)
         if rescan is not None and points is not None:
@@ -140,26 +152,30 @@ def _outcome(name: str, scan: dict[str, Any], result: dict[str, Any]) -> Verdict
 
 
 def refusal_causes(result: SubjectResult) -> list[str]:
-    """What a failed subject's refusal names, as ``"stage.cause"``: the register stage's
-    ``failure`` or every failed check of the plausibility stage."""
+    """What a failed subject's refusal names, as ``"stage.cause"``: the causes the
+    failing stage declares its refusal names (register's ``failure``, plausibility's
+    failed checks); none for a stage that declares none."""
     stage = result.stage
     metrics = (result.metrics or {}).get(stage) or {}
-    if stage == "register" and metrics.get("failure"):
-        return [f"register.{metrics['failure']}"]
-    if stage == "plausibility":
-        return [f"plausibility.{check}" for check in metrics.get("failed_checks", [])]
-    return []
+    declared = declared_stage(stage) if stage else None
+    reading = declared.qc.readings.get(REFUSAL_CAUSES) \
+        if declared is not None and declared.qc is not None else None
+    if reading is None or not isinstance(metrics, dict):
+        return []
+    return [f"{stage}.{cause}" for cause in reading(metrics)]
 
 
 def _defect_verdict(name, scan, defect, metrics, findings, subjects) -> Verdict | None:
     kind = defect["kind"]
     if kind == "nan_blob":
-        found = metrics.get("sanitize", {}).get("nan")
+        stage, counts = declared_reading(metrics, FILLED_COUNTS) or ("no stage", {})
+        found = counts.get("nan")
         ok = found == defect["n_voxels"]
         return Verdict(name, "NaN blob filled and masked", ok,
-                       f"sanitize counted {found} NaN of {defect['n_voxels']} planted")
+                       f"{stage} counted {found} NaN of {defect['n_voxels']} planted")
     if kind == "extreme_values":
-        return _extreme_verdict(name, defect, metrics.get("sanitize", {}))
+        return _extreme_verdict(name, defect,
+                                declared_reading(metrics, FILLED_COUNTS) or ("no stage", {}))
     if kind == "zero_slab":
         axis, slices = as_reoriented(scan, defect["axis"], defect["slices"])
         flagged = _flagged(metrics, axis)
@@ -188,16 +204,17 @@ def as_reoriented(scan: dict[str, Any], axis: int, indices) -> tuple[int, list[i
     return target, [int(i) if direction > 0 else n - 1 - int(i) for i in indices]
 
 
-def _extreme_verdict(subject_id, defect, sanitize) -> Verdict:
+def _extreme_verdict(subject_id, defect, filled: tuple[str, dict]) -> Verdict:
     values = np.asarray(defect["values"], dtype=float)
     expected = {
         "posinf": int(np.sum(values > FLOAT32_MAX)),  # overflow float32 on load
         "neginf": int(np.sum(values < -FLOAT32_MAX)),
         "extreme": int(np.sum(np.abs(values) <= FLOAT32_MAX)),
     }
-    found = {k: sanitize.get(k) for k in expected}
+    stage, counts = filled
+    found = {k: counts.get(k) for k in expected}
     return Verdict(subject_id, "extreme values (1e30, 1e308) replaced", found == expected,
-                   f"sanitize counted {found}, planted {expected}")
+                   f"{stage} counted {found}, planted {expected}")
 
 
 def _leak_verdict(name, subject_id, original, findings) -> Verdict:
@@ -211,11 +228,11 @@ def _leak_verdict(name, subject_id, original, findings) -> Verdict:
     return Verdict(name, expectation, bool(hits), detail)
 
 
-def _registration_verdict(name, scan, metrics, points) -> Verdict:
-    estimated = metrics["register"].get("template_to_subject")
+def _registration_verdict(name, scan, registered: tuple[str, Any], points) -> Verdict:
+    stage, estimated = registered
     if estimated is None:
         return Verdict(name, "registration within bounds", False,
-                       "the register stage recorded no transform")
+                       f"the {stage} stage recorded no transform")
     mean, worst = target_registration_error(estimated, scan["template_to_subject"], points)
     ok = mean <= TRUTH_MEAN_LIMIT_MM and worst <= TRUTH_MAX_LIMIT_MM
     return Verdict(name, "registration within bounds of the known rigid truth", ok,
@@ -240,7 +257,8 @@ def _consistency_verdict(name, scan, first, estimated, estimated_first, points) 
 
 
 def _flagged(metrics: dict[str, Any], axis: int) -> set[int]:
-    return set(metrics.get("mask_slices", {}).get(f"axis_{axis}", {}).get("flagged", []))
+    _, by_axis = declared_reading(metrics, FLAGGED_SLICES) or ("", {})
+    return set(by_axis.get(axis, []))
 
 
 def format_verdicts(verdicts: list[Verdict]) -> str:

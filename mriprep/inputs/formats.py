@@ -204,8 +204,8 @@ def _read_gzipped(proxy: ArrayProxy, path: Path) -> np.ndarray:
     """``proxy.get_unscaled()`` with the file decompressed by ISA-L instead of zlib.
 
     Decompression is most of the time it takes to load a ``.nii.gz``; ISA-L's inflate
-    gives the same bytes in about half the time (0.11 s against 0.21 s for a 1 mm MNI152
-    volume here). nibabel still decides where the voxels start and how they are laid out.
+    gives the same bytes in about half the time (docs/benchmarks.md, "Stage timings").
+    nibabel still decides where the voxels start and how they are laid out.
     """
     with igzip.open(path, "rb") as stream:
         fast = ArrayProxy(stream, (proxy.shape, proxy.dtype, proxy.offset),

@@ -7,13 +7,13 @@ one place a stage's inputs come from disk, and it never writes.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 
+from mriprep.core.hashing import sha256_hex
 from mriprep.core.volume import Volume
 
 BUILTIN_TEMPLATES = ("mni152",)
@@ -82,7 +82,4 @@ def load_mni152_tissue() -> dict[str, np.ndarray]:
 def template_digest(name_or_path: str) -> str:
     """SHA-256 of the template's voxels and affine: part of the pipeline hash."""
     vol = load_template(name_or_path)
-    h = hashlib.sha256()
-    h.update(np.ascontiguousarray(vol.data).tobytes())
-    h.update(np.ascontiguousarray(vol.affine).tobytes())
-    return h.hexdigest()
+    return sha256_hex(np.ascontiguousarray(vol.data), np.ascontiguousarray(vol.affine))

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from mriprep.cache import QUARANTINE_DIR, Cache, IndexEntry, read_entries
+from mriprep.cache.run_report import read_run_report
 from mriprep.core.errors import CacheError
 from mriprep.core.findings import Severity
 from mriprep.maintenance.inventory import entry_folders, stray_entry_paths
@@ -220,16 +221,16 @@ def _report_history(cache: Cache) -> _History:
     # run-<UTC time>-<pid>.json sort by time; latest.json is a copy of the newest.
     for path in sorted(cache.reports_dir.glob("run-*.json")):
         try:
-            rows = json.loads(path.read_text()).get("subjects", [])
-        except (OSError, ValueError, AttributeError):
+            run = read_run_report(path)
+        except CacheError:
             continue  # a damaged report says nothing; the others still do
-        for row in rows if isinstance(rows, list) else []:
-            if not isinstance(row, dict) or not row.get("key"):
+        for row in run.results:
+            if not row.key:
                 continue
-            if row.get("split"):
-                history.splits[row["key"]] = row["split"]
-            if row.get("status") in ("cached", "skipped"):
-                history.latest[(str(row.get("subject_id")), row.get("session_id") or "")] = row["key"]
+            if row.split:
+                history.splits[row.key] = row.split
+            if row.status in ("cached", "skipped"):
+                history.latest[row.identity] = row.key
     return history
 
 

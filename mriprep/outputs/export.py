@@ -1,7 +1,8 @@
 """``mriprep export``: cache entries as NIfTI (or MGZ) files any tool opens, with their
 provenance beside them.
 
-The cache stores ``.npy`` tensors for the loader; a viewer, another pipeline or a
+The cache stores tensors for the loader (``.npy``, ``.b2nd``: any format of
+:mod:`mriprep.cache.formats`, read through it); a viewer, another pipeline or a
 collaborator needs images with their geometry. Each entry becomes a folder
 ``DIR/<subject>[_<session>]/``::
 
@@ -37,6 +38,7 @@ import numpy as np
 
 import mriprep
 from mriprep.cache import Cache, IndexEntry
+from mriprep.cache.sidecar import EntrySidecar, read_sidecar
 from mriprep.core.atomic import atomic_path, write_text
 from mriprep.core.errors import CacheError
 from mriprep.core.hashing import checksum_file
@@ -144,11 +146,14 @@ def export_entry(cache: Cache, entry: IndexEntry, out: Path, fmt: str = "nifti")
         A tensor is missing or does not match its checksum (nothing is written then).
     """
     verify_entry_files(cache, entry)
-    meta = cache.read_meta(entry.key)
+    sidecar = read_sidecar(cache, entry.key)
+    if sidecar.affine is None:
+        raise CacheError(f"{entry.finding_name}: its meta.json records no affine; rebuild "
+                         "the entry with `mriprep run --force`")
     folder = out / entry_folder_name(entry)
     folder.mkdir(parents=True, exist_ok=True)
-    affine = np.asarray(meta["affine"], dtype=np.float64)
-    code = _xform_code(meta)
+    affine = sidecar.affine
+    code = _xform_code(sidecar)
     suffix = FORMATS[fmt]
     files: dict[str, Any] = {}
     for name in ("image", "valid", "label"):
@@ -165,7 +170,7 @@ def export_entry(cache: Cache, entry: IndexEntry, out: Path, fmt: str = "nifti")
         with atomic_path(folder / name) as tmp:
             shutil.copyfile(cache.entry_dir(entry.key) / record.file, tmp)
         files[name] = {"file": name, "cached_xxh3_128": record.xxh3_128}
-    write_text(folder / PROVENANCE_FILE, json.dumps(_provenance(cache, entry, meta, files,
+    write_text(folder / PROVENANCE_FILE, json.dumps(_provenance(cache, entry, sidecar, files,
                                                                 code), indent=1))
     return folder
 
@@ -180,15 +185,15 @@ def _writable(name: str, array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _xform_code(meta: dict[str, Any]) -> int:
+def _xform_code(sidecar: EntrySidecar) -> int:
     """The NIfTI code of the cache grid's world: the template's after a registration
     (MNI152 for the built-in one), the scanner's otherwise."""
-    if meta.get("template_to_subject") is None:
+    if sidecar.template_to_subject is None:
         return _SCANNER
     from mriprep.stages import all_stages
 
     registering = {s.name: s for s in all_stages() if s.hands_over_transform}
-    for record in meta.get("provenance", []):
+    for record in sidecar.records:
         declared = registering.get(record.get("stage"))
         if declared is not None and declared.template_fields:
             template = (record.get("params") or {}).get(declared.template_fields[0])
@@ -196,8 +201,9 @@ def _xform_code(meta: dict[str, Any]) -> int:
     return _ALIGNED
 
 
-def _provenance(cache: Cache, entry: IndexEntry, meta: dict[str, Any],
+def _provenance(cache: Cache, entry: IndexEntry, sidecar: EntrySidecar,
                 files: dict[str, Any], code: int) -> dict[str, Any]:
+    doc = sidecar.to_json()
     return {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
@@ -207,13 +213,13 @@ def _provenance(cache: Cache, entry: IndexEntry, meta: dict[str, Any],
         "subject_id": entry.subject_id,
         "session_id": entry.session_id,
         "split": entry.split,
-        "pipeline": {"name": meta.get("pipeline_name"), "hash": meta.get("pipeline_hash"),
-                     "source": meta.get("pipeline_source")},
-        "cached_by": meta.get("mriprep_version"),
-        "inputs": meta.get("inputs"),
-        "grid": {"affine": meta.get("affine"), "shape": meta.get("shape"),
-                 "spacing": meta.get("spacing"), "xform_code": code},
-        "template_to_subject": meta.get("template_to_subject"),
+        "pipeline": {"name": sidecar.pipeline_name, "hash": sidecar.pipeline_hash,
+                     "source": sidecar.pipeline_source},
+        "cached_by": sidecar.mriprep_version,
+        "inputs": doc["inputs"],
+        "grid": {"affine": doc["affine"], "shape": doc["shape"], "spacing": doc["spacing"],
+                 "xform_code": code},
+        "template_to_subject": doc.get("template_to_subject"),
         "files": files,
-        "provenance": meta.get("provenance", []),
+        "provenance": doc["provenance"],
     }

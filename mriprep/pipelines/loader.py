@@ -32,8 +32,6 @@ description is left out: rewording it must not invalidate a cache.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,7 +281,7 @@ def pipeline_from_dict(
 
 def pipeline_hash(pipe: Pipeline) -> str:
     """SHA-256 of the resolved configuration, the templates' content and the version."""
-    from mriprep.core.hashing import sha256_file
+    from mriprep.core.hashing import hash_json, sha256_file
     from mriprep.inputs.templates import is_builtin, load_template, template_digest
 
     config = pipe.resolved()
@@ -307,12 +305,7 @@ def pipeline_hash(pipe: Pipeline) -> str:
                         "NIfTI image or a builtin template name"
                     ) from exc
                 step["params"][key] = {"template_sha256": digest}
-    payload = json.dumps(
-        {"config": config, "mriprep_version": mriprep.__version__},
-        sort_keys=True,
-        default=list,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return hash_json({"config": config, "mriprep_version": mriprep.__version__}, default=list)
 
 
 # -- validation helpers --------------------------------------------------------------
@@ -320,13 +313,15 @@ def pipeline_hash(pipe: Pipeline) -> str:
 
 def _compression(value: Any, problems: list[str]) -> dict[str, str]:
     """The ``compression`` key as one choice per tensor: a name applies to every tensor,
-    a mapping names some of them (the others stay ``none``)."""
-    from mriprep.cache.formats import COMPRESSIONS
+    a mapping names some of them (the others stay ``none``). The choices are those of the
+    registered storage formats (:mod:`mriprep.cache.formats`)."""
+    from mriprep.cache.formats import choices as format_choices
 
-    choices = ", ".join(COMPRESSIONS)
+    known = format_choices()
+    choices = ", ".join(known)
     out = dict.fromkeys(COMPRESSED_TENSORS, "none")
     if isinstance(value, str):
-        if value not in COMPRESSIONS:
+        if value not in known:
             problems.append(f"'compression' = {value!r} is not supported; use one of {choices}"
                             " (or a mapping such as {valid: lz4, label: lz4})")
             return out
@@ -339,7 +334,7 @@ def _compression(value: Any, problems: list[str]) -> dict[str, str]:
         if tensor not in COMPRESSED_TENSORS:
             problems.append(f"'compression' names tensor {tensor!r}; the tensors are "
                             f"{', '.join(COMPRESSED_TENSORS)}")
-        elif choice not in COMPRESSIONS:
+        elif choice not in known:
             problems.append(f"'compression' of {tensor} = {choice!r} is not supported; use "
                             f"one of {choices}")
         else:

@@ -1,9 +1,12 @@
 """What the pipeline did to a subject's voxels, seen while the worker holds the data.
 
-A :class:`Capture` watches :func:`mriprep.run.subject.run_stages` step by step. It keeps
-the volume as loaded (the native scan, for its mosaic and its quality metrics) and, for
-every stage that marks voxels invalid without changing the grid, which voxels and why:
-a *cause map* (uint8, codes of :data:`mriprep.qc.mosaic.CAUSES`) on that stage's grid.
+A :class:`Capture` watches :func:`mriprep.pipelines.execute.run_stages` step by step. It
+keeps the volume as loaded (the native scan, for its mosaic and its quality metrics) and,
+for every stage that marks voxels invalid without changing the grid, which voxels and
+why: a *cause map* (uint8, codes of :mod:`mriprep.qc.causes`) on that stage's grid. The
+causes are those the stage declares (:class:`~mriprep.stages.qc_declaration.StageQC`),
+told apart by its own ``locate_causes`` when it declares several; a stage that declares
+none paints "other invalid".
 Nothing is copied for stages that invalidate nothing. Once the grid changes (resample),
 an invalid output voxel takes the cause of any voxel of its interpolation kernel (the
 resample stage's own rule), and those that no cause map explains lie outside the
@@ -20,10 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mriprep.core.volume import Volume
-
-FILLED, INCOMPLETE, ARTIFACT, OTHER = 1, 2, 3, 4
-# Stages whose newly invalid voxels have one known cause.
-_STAGE_CAUSE = {"sanitize": FILLED}
+from mriprep.qc.causes import OTHER, cause_codes
+from mriprep.stages.qc_declaration import StageQC, declared_stage
 
 
 @dataclass
@@ -65,10 +66,13 @@ class Capture:
         newly = before.valid & ~after.valid
         if not newly.any():
             return
+        stage = declared_stage(step)
+        declaration = stage.qc if stage is not None and stage.qc is not None else StageQC()
+        record = after.provenance[-1] if after.provenance else None
+        codes = declaration.cause_codes(record.metrics if record is not None else {},
+                                        newly, cause_codes(), OTHER)
         layer = self._layer(after)
-        layer.causes[newly] = _STAGE_CAUSE.get(step, OTHER)
-        if step == "mask_slices":
-            _split_masked_slices(layer.causes, newly, after)
+        layer.causes[newly] = codes[newly]
 
     def _layer(self, volume: Volume) -> CauseLayer:
         output_side = volume.applied is not None
@@ -79,15 +83,3 @@ class Capture:
         layer = CauseLayer(np.zeros(volume.shape, np.uint8), volume.affine.copy(), output_side)
         self.layers.append(layer)
         return layer
-
-
-def _split_masked_slices(causes: np.ndarray, newly: np.ndarray, volume: Volume) -> None:
-    """Tell incomplete from artifact slices, by the slice lists mask_slices recorded."""
-    record = volume.record_of("mask_slices")
-    metrics = record.metrics if record is not None else {}
-    for axis in range(3):
-        found = metrics.get(f"axis_{axis}", {})
-        for kind, code in (("incomplete", INCOMPLETE), ("artifact", ARTIFACT)):
-            for index in found.get(kind, {}):
-                plane = np.moveaxis(causes, axis, 0)[int(index)]
-                plane[np.moveaxis(newly, axis, 0)[int(index)]] = code

@@ -10,7 +10,6 @@ report shows.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,11 +17,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mriprep.cache import Cache, IndexEntry, read_entries
+from mriprep.cache.run_report import RunReport, SubjectResult, read_latest_run_report
 from mriprep.core.errors import CacheError
+from mriprep.stages.qc_declaration import QCMetric
+from mriprep.qc.measures import declared_metrics, judges, with_stage_declarations
 from mriprep.qc.outliers import Outlier, cohort_flags, robust_z
 from mriprep.qc.store import read_qc, write_qc
-from mriprep.run.reports import latest_report_path
-
 
 
 @dataclass
@@ -75,7 +75,9 @@ class ReportSubject:
         ``mriprep check`` reports the same as a ``header-conflict`` warning."""
         from mriprep.inputs.headers import FORM_CONFLICT_LIMIT_MM, header_conflict
 
-        load = self.stage_metrics.get("load")
+        # The reader's record: the one that measured the two forms' distance.
+        load = next((m for m in self.stage_metrics.values()
+                     if isinstance(m, dict) and "form_conflict_mm" in m), None)
         distance = header_conflict(load)
         if distance is None:
             return ""
@@ -95,6 +97,8 @@ class ReportData:
     problems: list[str] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)
     pipelines: Counter = field(default_factory=Counter)
+    # Every measure shown: the QC's own and those the stages declared (name -> QCMetric).
+    declared: dict[str, QCMetric] = field(default_factory=dict)
 
 
 def gather(cache_root: str | Path, make_missing: bool = True,
@@ -108,29 +112,25 @@ def gather(cache_root: str | Path, make_missing: bool = True,
     cache = Cache(cache_root)
     data = ReportData(cache=cache.root, subjects=[])
     run = _read_run_report(cache.root, data.problems)
-    data.run = {k: v for k, v in run.items() if k != "subjects"}
-    records = run.get("subjects")
-    rows = {(str(r.get("subject_id")), str(r.get("session_id") or "")): r
-            for r in (records if isinstance(records, list) else [])
-            if isinstance(r, dict) and "subject_id" in r}
+    data.run = dict(run.header) if run is not None else {}
+    rows = run.by_identity() if run is not None else {}
     seen = set()
     for entry in _entries(cache, data.problems):
         seen.add(entry.identity)
         data.pipelines[f"{entry.pipeline_name} ({entry.pipeline_hash[:12]})"] += 1
-        row = rows.get(entry.identity, {})
+        row = rows.get(entry.identity)
         subject = ReportSubject(entry.subject_id, entry.session_id, entry.split or "",
                                 "cached", key=entry.key, problems=_damage(cache, entry))
-        if row.get("key") == entry.key:
+        if row is not None and row.key == entry.key:
             _take_row(subject, row)
         else:
             _take_meta(subject, cache)
         data.subjects.append(subject)
     for ident, row in rows.items():
-        if ident in seen or row.get("status") != "failed":
+        if ident in seen or not row.failed:
             continue
-        subject = ReportSubject(ident[0], ident[1], str(row.get("split") or ""), "failed",
-                                key=str(row.get("key") or ""), stage=str(row.get("stage") or ""),
-                                reason=str(row.get("reason") or ""))
+        subject = ReportSubject(row.subject_id, row.session_id, row.split, "failed",
+                                key=row.key, stage=row.stage, reason=row.reason)
         _take_row(subject, row)
         data.subjects.append(subject)
     data.subjects.sort(key=lambda s: (s.status != "failed", s.subject_id, s.session_id))
@@ -141,7 +141,10 @@ def gather(cache_root: str | Path, make_missing: bool = True,
             subject.problems.append(f"its QC could not be read: {type(exc).__name__}: {exc}")
         if progress is not None:
             progress(done, len(data.subjects))
-    _flag_outliers(data.subjects)
+    data.declared = with_stage_declarations(
+        declared_metrics(s.qc for s in data.subjects),
+        {m for s in data.subjects for m in s.metrics})
+    _flag_outliers(data.subjects, data.declared)
     return data
 
 
@@ -158,38 +161,32 @@ def _entries(cache: Cache, problems: list[str]) -> list[IndexEntry]:
     return list(reading.entries.values())
 
 
-def _read_run_report(root: Path, problems: list[str]) -> dict[str, Any]:
-    path = latest_report_path(root)
-    if not path.is_file():
-        return {}
+def _read_run_report(root: Path, problems: list[str]) -> RunReport | None:
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        problems.append(f"the run report {path} cannot be read ({exc}): failed subjects "
-                        "of the last run are not listed")
-        return {}
-    if not isinstance(doc, dict):
-        problems.append(f"the run report {path} is not a report object: failed subjects "
-                        "of the last run are not listed")
-        return {}
-    return doc
+        run = read_latest_run_report(root)
+    except CacheError as exc:
+        problems.append(f"the run report cannot be read ({exc}): failed subjects of the "
+                        "last run are not listed")
+        return None
+    if run is not None and run.unreadable_rows:
+        problems.append(f"{run.unreadable_rows} row(s) of the run report {run.path} are not "
+                        "subject records and are not shown")
+    return run
 
 
-def _take_row(subject: ReportSubject, row: dict[str, Any]) -> None:
-    metrics = row.get("metrics")
-    subject.stage_metrics = metrics if isinstance(metrics, dict) else {}
-    subject.warnings = [str(w) for w in row.get("warnings") or []]
-    seconds = row.get("seconds")
-    subject.seconds = float(seconds) if isinstance(seconds, (int, float)) else None
+def _take_row(subject: ReportSubject, row: SubjectResult) -> None:
+    subject.stage_metrics = dict(row.metrics)
+    subject.warnings = list(row.warnings)
+    subject.seconds = row.seconds
 
 
 def _take_meta(subject: ReportSubject, cache: Cache) -> None:
     """Stage metrics from the entry's sidecar (a subject the last run did not touch)."""
-    from mriprep.run.subject import stage_metrics_json, stage_warnings_json
+    from mriprep.cache.sidecar import read_sidecar
+    from mriprep.pipelines.execute import stage_metrics_json, stage_warnings_json
 
     try:
-        meta = cache.read_meta(subject.key)
-        records = [r for r in meta.get("provenance", []) if isinstance(r, dict) and "stage" in r]
+        records = read_sidecar(cache, subject.key).records
         subject.stage_metrics = stage_metrics_json(records)
         subject.warnings = stage_warnings_json(records)
     except (CacheError, AttributeError, TypeError, ValueError) as exc:
@@ -248,11 +245,11 @@ def _damage(cache: Cache, entry: IndexEntry) -> list[str]:
     return problems
 
 
-def _flag_outliers(subjects: list[ReportSubject]) -> None:
+def _flag_outliers(subjects: list[ReportSubject], declared: dict[str, QCMetric]) -> None:
     """Each cached subject's outlier flags, and its place in the cohort on every metric."""
     by_key = {s.key: s for s in subjects}
     cached = {s.key: s.metrics for s in subjects if s.status == "cached" and s.qc is not None}
-    for outlier in cohort_flags(cached):
+    for outlier in cohort_flags(cached, judges(declared)):
         by_key[outlier.name].outliers.append(outlier)
     for metric in sorted({m for values in cached.values() for m in values}):
         keys = list(cached)

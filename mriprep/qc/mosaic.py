@@ -17,21 +17,10 @@ from matplotlib.colors import to_rgb
 from PIL import Image
 from scipy import ndimage
 
-# What each invalid voxel of the report's pictures is: its name, what it means, its
-# colour and how people call that colour. The codes are those of mriprep.qc.capture's
-# cause maps; OUTSIDE and UNRECORDED are derived when drawing.
-CAUSES = {
-    1: ("filled", "NaN, Inf or extreme value, filled by sanitize", "#ff00ff", "magenta"),
-    2: ("incomplete slice", "zero-filled, constant or cut slice, masked", "#ff9900", "orange"),
-    3: ("artifact slice", "spike, dropout or motion slice, masked", "#00e5ff", "cyan"),
-    4: ("other invalid", "marked invalid by another stage", "#ff3030", "red"),
-    5: ("outside the scan", "no measurement: outside the input's field of view", "#3b6cff",
-        "blue"),
-    6: ("invalid", "invalid, cause not recorded (QC made from the cache)", "#ffee00",
-        "yellow"),
-}
-OUTSIDE = 5
-UNRECORDED = 6
+from mriprep.qc.causes import cause_table
+
+# The causes of invalid voxels and their colours are those of mriprep.qc.causes (what
+# the stages declare, and the QC's own).
 OUTLINE_COLOUR = "#ff2020"
 _GAP = 2  # pixels between tiles
 
@@ -69,8 +58,20 @@ def paint(rgb: np.ndarray, where: np.ndarray, colour: str, alpha: float) -> None
 
 
 def paint_causes(rgb: np.ndarray, causes: np.ndarray, alpha: float = 0.6) -> None:
-    for code, (_, _, colour, _) in CAUSES.items():
-        paint(rgb, causes == code, colour, alpha)
+    """Each cause code of ``causes`` in its cause's colour (:mod:`mriprep.qc.causes`)."""
+    table = cause_table()
+    for code in np.unique(causes):
+        if code in table:
+            paint(rgb, causes == code, table[code].colour, alpha)
+
+
+def __getattr__(name: str):
+    """``CAUSES``: code -> (name, meaning, colour, colour name), the table's earlier form,
+    which the demo's summary reads; built on use, as stages may register late."""
+    if name == "CAUSES":
+        return {code: (c.name, c.meaning, c.colour, c.colour_name)
+                for code, c in cause_table().items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def paint_outline(rgb: np.ndarray, mask: np.ndarray, colour: str = OUTLINE_COLOUR) -> None:
@@ -109,8 +110,8 @@ def compose(tiles: dict[str, list[np.ndarray]]) -> np.ndarray:
 def encode_jpeg(picture: np.ndarray, quality: int = 85) -> bytes:
     """JPEG bytes; full chroma resolution, so that one-pixel coloured outlines stay sharp.
 
-    JPEG over PNG: 1-3 ms a mosaic and a tenth of PNG's size on anatomy, where 1,000
-    subjects of four mosaics each must stay a few hundred MB at most.
+    JPEG over PNG: fast, and a fraction of PNG's size on anatomy (docs/benchmarks.md,
+    "QC"), where 1,000 subjects of four mosaics each must stay a few hundred MB at most.
     """
     buffer = io.BytesIO()
     Image.fromarray(picture).save(buffer, "JPEG", quality=quality, subsampling=0)

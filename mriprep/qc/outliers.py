@@ -7,15 +7,9 @@ Iglewicz and Hoaglin's modified z. Where more than half of the cohort shares one
 absolute deviation scaled by 1.2533 stands in, as is usual for this statistic; a metric
 on which every subject agrees flags nobody.
 
-:data:`OUTLIER_Z` is 3.5, Iglewicz and Hoaglin's recommendation. Measured on the demo
-cohort (11 cached scans of synthetic people, ``make bench`` prints every subject's
-largest |z| in two groups): no clean scan is flagged (largest |z| 1.9, and 4.4 on the
-low, good side of the invalid fraction, which counts are not judged on); 3 of the 9
-scans with a planted defect are: the NaN blob (filled voxels, z +8.7), the zero-filled
-slab (masked slices +5.3, with CNR and CJV) and a spike slice (CNR +3.8). The other
-planted defects (1e30 values, spike and dropout slices, a flipped file, a rescan, a
-copy) were repaired or are not image quality, and leave every metric within |z| 2.5.
-The flags point a person at a scan; the report's pictures show why.
+:data:`OUTLIER_Z` is 3.5, Iglewicz and Hoaglin's recommendation, with its measured
+distribution where it is defined. The flags point a person at a scan; the report's
+pictures show why.
 """
 
 from __future__ import annotations
@@ -26,15 +20,18 @@ from typing import Mapping
 
 import numpy as np
 
+from mriprep.qc.measures import OWN, judges as own_judges
+
+# Measured on the demo cohort (make bench, report; docs/benchmarks.md, "QC"): clean scans
+# largest |z| 1.9 (4.4 on the good side of a count); planted defects that are image
+# quality +3.8 to +8.7; the others, repaired or no image quality, within 2.5.
 OUTLIER_Z = 3.5
-# Metrics that describe the field of view, the input's kind or the person rather than
-# the scan's quality: not judged (a skull-stripped share of a cohort is no defect, and
-# adults' heads differ in size by 15% either way; register refuses impossible sizes).
-NOT_JUDGED = ("air_voxels", "head_fraction", "skull_stripped", "head_scale")
-# Counts of what the pipeline had to repair, and the receive field it divided out:
-# less than the cohort is never a problem.
-HIGH_ONLY = {"invalid_fraction": 1, "filled_voxels": 1, "masked_slices": 1,
-             "bias_ratio": 1}
+# How each metric is judged is declared with it (QCMetric.judge: the QC's own in
+# mriprep.qc.measures, a stage's in its declaration, carried in qc.json): a count of
+# repairs only on its high side, a property of the person or the field of view (head
+# size, a skull-stripped input) not at all. The QC's own metrics that are not judged:
+NOT_JUDGED = tuple(name for name, metric in OWN.items() if metric.judge == "none")
+_SIDES = {"both": 0, "high": 1, "low": -1}
 # Below this many subjects with a value, a median and a MAD say too little to flag.
 MIN_COHORT = 5
 _MAD_TO_SIGMA = 1.4826
@@ -106,14 +103,22 @@ def find_outliers(metrics: Mapping[str, Mapping[str, float]],
     return found
 
 
-def judged(metrics: Mapping[str, float]) -> dict[str, float]:
-    """The metrics of one subject that the cohort judges (see :data:`NOT_JUDGED`)."""
-    return {k: v for k, v in metrics.items() if k not in NOT_JUDGED}
+def judged(metrics: Mapping[str, float], judges: Mapping[str, str]) -> dict[str, float]:
+    """The metrics of one subject that the cohort judges (``judges``: name -> how, see
+    :data:`mriprep.stages.qc_declaration.JUDGES`; a name it lacks is judged both ways)."""
+    return {k: v for k, v in metrics.items() if judges.get(k, "both") != "none"}
 
 
-def cohort_flags(metrics: Mapping[str, Mapping[str, float]]) -> list[Outlier]:
-    """The report's and the check's flags: judged metrics, counts on their high side."""
-    return find_outliers({name: judged(m) for name, m in metrics.items()}, sides=HIGH_ONLY)
+def cohort_flags(metrics: Mapping[str, Mapping[str, float]],
+                 judges: Mapping[str, str] | None = None) -> list[Outlier]:
+    """The report's and the check's flags: judged metrics, each on its declared side.
+
+    ``judges`` maps a metric to how it is judged (``mriprep.qc.measures.judges`` of the
+    subjects' ``qc.json`` documents); the QC's own metrics are known without it."""
+    judges = {**own_judges(OWN), **(judges or {})}
+    sides = {name: _SIDES[how] for name, how in judges.items() if how in _SIDES}
+    return find_outliers({name: judged(m, judges) for name, m in metrics.items()},
+                         sides=sides)
 
 
 def _number(value) -> float:

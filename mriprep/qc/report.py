@@ -23,6 +23,7 @@ import mriprep
 from mriprep.core.atomic import atomic_path, write_text
 from mriprep.core.errors import CacheError
 from mriprep.qc import mosaic
+from mriprep.qc.causes import cause_table
 from mriprep.qc.gather import ReportData, ReportSubject, gather
 from mriprep.qc.outliers import OUTLIER_Z
 from mriprep.qc.store import qc_root
@@ -31,30 +32,6 @@ REPORT_INDEX = "index.html"
 # Marks a folder as an mriprep QC report, which a new report may overwrite.
 REPORT_MARKER = ".mriprep-qc-report"
 
-# name -> (label, meaning, which way is better). The image-quality metrics follow MRIQC
-# (see mriprep.qc.metrics for where they differ); the rest are mriprep's own.
-METRIC_INFO = {
-    "snr_total": ("SNR", "tissue signal-to-noise: mean over CSF, GM and WM of median/sd within the class", "higher"),
-    "snr_wm": ("SNR WM", "white-matter median over its standard deviation", "higher"),
-    "snr_gm": ("SNR GM", "grey-matter median over its standard deviation", "higher"),
-    "snr_csf": ("SNR CSF", "CSF median over its standard deviation", "higher"),
-    "snr_dietrich": ("SNR (air)", "white-matter mean over the noise measured in the air (Dietrich)", "higher"),
-    "cnr": ("CNR", "WM-GM contrast over the noise of air, WM and GM together", "higher"),
-    "cjv": ("CJV", "coefficient of joint variation of WM and GM: overlap of the two intensity distributions", "lower"),
-    "efc": ("EFC", "entropy focus criterion: 1 for energy spread evenly (ghosting, blur), lower when focused", "lower"),
-    "fber": ("FBER", "median energy of the head over that of the air (MRIQC's; the air's exact zeros, padding, left out; n/a when the air is all zeros)", "higher"),
-    "wm2max": ("WM2MAX", "white-matter median over the 99.95th percentile: near 1 means the range is set by WM, low means bright outliers", "near 0.6-0.8"),
-    "head_fraction": ("head fraction", "share of the field of view inside the head", "-"),
-    "air_voxels": ("air voxels", "voxels measured as air (the noise estimate's sample, every other voxel per axis; exact zeros, padding, left out)", "-"),
-    "invalid_fraction": ("invalid", "share of the output's voxels that are not measurements (filled, masked, outside the scan)", "lower"),
-    "filled_voxels": ("filled", "NaN, Inf and extreme voxels the sanitize stage replaced", "lower"),
-    "masked_slices": ("masked slices", "incomplete and artifact slices the mask_slices stage masked", "lower"),
-    "registration_similarity": ("reg. similarity", "correlation of the registered scan with the template inside its brain", "higher"),
-    "registration_overlap": ("reg. overlap", "share of the template's brain covered by the registered scan", "higher"),
-    "head_scale": ("head size", "size of the brain relative to the template's (the cube root of the registration's affine determinant; adults 0.82-1.18x MNI)", "-"),
-    "bias_ratio": ("bias field", "largest over smallest value of the receive field the registration divided out (N4, estimated on the 8 mm level)", "lower"),
-    "skull_stripped": ("skull-stripped", "1 when no scalp lies where a head's scalp would be: the input was brain-extracted", "-"),
-}
 # How a page names the region the tissue classes were fitted in (TissueMasks.source).
 _TISSUE_REGIONS = {
     "label map": "label map's brain (its non-zero labels)",
@@ -62,10 +39,6 @@ _TISSUE_REGIONS = {
     "head (no brain mask)": "eroded head (no label map, no registration: scalp and neck "
                             "take part, so read the tissue metrics with care)",
 }
-# The index table's columns; subject pages show every metric.
-TABLE_METRICS = ("snr_total", "snr_dietrich", "cnr", "cjv", "efc", "fber", "wm2max",
-                 "invalid_fraction", "filled_voxels", "masked_slices",
-                 "registration_similarity", "head_scale")
 PICTURES = {
     "input": ("Native scan", "the input as read, in world orientation (left on the left), "
               "each display pixel its nearest voxel so thick slices look thick; filled "
@@ -108,13 +81,17 @@ def write_report(cache_root: str | os.PathLike, out_dir: str | os.PathLike | Non
     here = Path(__file__).parent / "templates"
     for name in ("report.css", "report.js"):
         write_text(out / name, (here / name).read_text())
-    plot = _cohort_plot(data, out)
+    # The index table's columns: the measures declared as columns (the QC's own and the
+    # subjects' stages').
+    declared = data.declared
+    columns = [name for name, metric in declared.items() if metric.column]
+    plot = _cohort_plot(data, out, columns, declared)
     pages = set()
     for i, subject in enumerate(data.subjects):
         neighbours = dict(previous=data.subjects[i - 1] if i > 0 else None,
                           next=data.subjects[i + 1] if i + 1 < len(data.subjects) else None)
         html = env.get_template("subject.html.j2").render(
-            s=subject, **_subject_context(subject, out), **neighbours)
+            s=subject, **_subject_context(subject, out, declared), **neighbours)
         write_text(out / "subjects" / subject.page, html)
         pages.add(subject.page)
     for stale in (out / "subjects").glob("*.html"):
@@ -129,7 +106,8 @@ def write_report(cache_root: str | os.PathLike, out_dir: str | os.PathLike | Non
         n_failed=sum(s.status == "failed" for s in data.subjects),
         n_flagged=sum(bool(s.outliers) for s in data.subjects),
         n_header=sum(bool(s.header_conflict) for s in data.subjects),
-        columns=TABLE_METRICS, metric_info=METRIC_INFO, plot=plot[0] if plot else None,
+        columns=columns, plot=plot[0] if plot else None,
+        metric_info={n: (m.label, m.meaning, m.better) for n, m in declared.items()},
         plot_size=plot[1] if plot else None, fmt=_fmt, number=_number)
     write_text(out / REPORT_INDEX, index)
     return out / REPORT_INDEX
@@ -142,7 +120,8 @@ def _environment():
                        autoescape=select_autoescape(["html", "j2"]), trim_blocks=True)
 
 
-def _subject_context(subject: ReportSubject, out: Path) -> dict[str, Any]:
+def _subject_context(subject: ReportSubject, out: Path,
+                     declared: dict[str, Any]) -> dict[str, Any]:
     qc = subject.qc or {}
     legends = qc.get("legends", {})
     pictures = []
@@ -159,10 +138,12 @@ def _subject_context(subject: ReportSubject, out: Path) -> dict[str, Any]:
     flags = subject.flagged
     metrics = []
     for name, value in qc.get("metrics", {}).items():
-        label, meaning, _ = METRIC_INFO.get(name, (name, "", ""))
+        metric = declared.get(name)
+        label, meaning = (metric.label, metric.meaning) if metric is not None else (name, "")
         median, z = subject.cohort.get(name, (math.nan, math.nan))
         place = f"median {_fmt(median)}, z {z:+.1f}" if math.isfinite(z) else ""
-        metrics.append((name, label, _fmt(value), place, flags.get(name, ""), meaning))
+        metrics.append((name, label, _measure_text(value, metric), place,
+                        flags.get(name, ""), meaning))
     return dict(pictures=pictures, metrics=metrics, notes=qc.get("notes", []),
                 tissue_region=qc.get("tissue_region", ""),
                 tissue_region_text=_TISSUE_REGIONS.get(qc.get("tissue_region", ""),
@@ -175,7 +156,7 @@ def _legend(picture: str, shown: list[str]) -> list[tuple[str, str, str]]:
         return [(mosaic.label_colour(int(v)), f"label {v}", "") for v in shown]
     if picture == "template":
         return [(mosaic.OUTLINE_COLOUR, name, "") for name in shown]
-    by_name = {name: (colour, meaning) for name, meaning, colour, _ in mosaic.CAUSES.values()}
+    by_name = {c.name: (c.colour, c.meaning) for c in cause_table().values()}
     if not shown:
         text = ("no voxel shown was filled or masked" if picture == "input"
                 else "every voxel shown is valid")
@@ -235,6 +216,15 @@ def _text(value: Any) -> str:
     return "–" if value is None else str(value)
 
 
+def _measure_text(value: Any, metric) -> str:
+    """A measure's value as its declaration asks (format spec, unit)."""
+    text = _fmt(value)
+    if metric is not None and metric.fmt and isinstance(value, (int, float)) \
+            and not isinstance(value, bool):
+        text = format(value, metric.fmt)
+    return f"{text} {metric.unit}" if metric is not None and metric.unit and text else text
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return "" if value is None else str(value)
@@ -267,13 +257,13 @@ def _jpeg_size(path: Path) -> tuple[int, int] | None:
         return None
 
 
-def _cohort_plot(data: ReportData, out: Path):
+def _cohort_plot(data: ReportData, out: Path, columns: list[str], declared: dict):
     from mriprep.qc.plots import distributions_png
 
     cached = [s for s in data.subjects if s.status == "cached" and s.qc is not None]
     values: dict[str, dict[str, list[float]]] = {}
     flagged: dict[str, dict[str, list[bool]]] = {}
-    for metric in TABLE_METRICS:
+    for metric in columns:
         for s in cached:
             v = s.metrics.get(metric)
             if not isinstance(v, (int, float)):
@@ -281,7 +271,7 @@ def _cohort_plot(data: ReportData, out: Path):
             values.setdefault(metric, {}).setdefault(s.split, []).append(float(v))
             flagged.setdefault(metric, {}).setdefault(s.split, []).append(
                 any(o.metric == metric for o in s.outliers))
-    png = distributions_png(values, flagged, {m: METRIC_INFO[m][0] for m in values})
+    png = distributions_png(values, flagged, {m: declared[m].label for m in values})
     path = out / "distributions.png"
     if png is None:
         path.unlink(missing_ok=True)

@@ -16,8 +16,11 @@ Pictures (JPEG, see :mod:`mriprep.qc.mosaic`): ``input`` (the native scan, fille
 and masked slices coloured), ``output`` (the cached image and why each invalid voxel is
 invalid), ``template`` (the template's brain outline over a registered output) and
 ``labels`` (the label map over the output). Metrics: the image-quality metrics of
-:mod:`mriprep.qc.metrics` on the native scan, and mriprep's own (invalid fraction of the
-output, masked slices, filled voxels, registration similarity and overlap).
+:mod:`mriprep.qc.metrics` on the native scan, the output's invalid fraction, and the
+measures each stage of the pipeline declares (:class:`~mriprep.stages.qc_declaration.
+QCMetric`: filled voxels, masked slices, registration similarity ...), which ``qc.json``
+keeps with their declarations so that the report and ``mriprep check`` read them
+without importing a stage.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from scipy import ndimage
 
 from mriprep.core.volume import Volume
 from mriprep.qc import mosaic
-from mriprep.qc.capture import FILLED, CauseLayer
+from mriprep.qc.capture import CauseLayer
+from mriprep.qc.causes import OUTSIDE, UNRECORDED, cause_names, not_finite_code
 from mriprep.qc.views import PLANES, Points, index_map, on_grid, sample, view_of
 from mriprep.stages.intensity import foreground_mask
 
@@ -66,6 +70,8 @@ class SubjectQC:
     """What the report shows of one subject besides its run record."""
 
     metrics: dict[str, float] = field(default_factory=dict)
+    # The stages' declarations of their measures in ``metrics`` (QCMetric.to_json).
+    metric_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     images: dict[str, bytes] = field(default_factory=dict)
     # Per picture, the overlay colours it shows (cause names, or label values).
     legends: dict[str, list[str]] = field(default_factory=dict)
@@ -76,7 +82,8 @@ class SubjectQC:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"metrics": self.metrics, "images": sorted(self.images),
+        return {"metrics": self.metrics, "metric_info": self.metric_info,
+                "images": sorted(self.images),
                 "legends": self.legends, "notes": self.notes, "source": self.source,
                 "tissue_region": self.tissue_region, "seconds": round(self.seconds, 4)}
 
@@ -88,7 +95,7 @@ def subject_qc(
     template: TemplateBrain | None,
     records: Iterable[Mapping[str, Any]],
     *,
-    unexplained: int = mosaic.OUTSIDE,
+    unexplained: int = OUTSIDE,
     source: str = "run",
 ) -> SubjectQC:
     """Mosaics and metrics of one subject; never raises (what fails becomes a note).
@@ -138,7 +145,9 @@ def subject_qc(
             qc.tissue_region, metrics = done
             qc.metrics.update(metrics)
         elif what == "pipeline metrics":
-            qc.metrics.update(done)
+            measures, info = done
+            qc.metrics.update(measures)
+            qc.metric_info.update(info)
         else:
             for name, (picture, legend) in done.items():
                 qc.images[name] = picture
@@ -169,9 +178,10 @@ def _input_picture(native: Volume, layers: list[CauseLayer],
     for plane in PLANES:
         for tile, raw, pts in zip(rgb[plane], tiles[plane], points[plane]):
             causes = _layer_causes(layers, pts, None)
-            # What sanitize fills, even when the subject failed before it recorded it.
+            # Voxels not finite as read, in the colour of the stage that fills them, even
+            # when the subject failed before that stage recorded them.
             scanned = pts.inside(to_native, data.shape)
-            causes[(causes == 0) & scanned & ~np.isfinite(raw)] = FILLED
+            causes[(causes == 0) & scanned & ~np.isfinite(raw)] = not_finite_code()
             shown.update(np.unique(causes[causes > 0]).tolist())
             mosaic.paint_causes(tile, causes)
     return {"input": (mosaic.encode_jpeg(mosaic.compose(rgb)), _cause_names(shown))}
@@ -288,7 +298,7 @@ def _box_mask(data: np.ndarray, usable: np.ndarray, affine: np.ndarray, step: in
 
 
 def _cause_names(codes: Iterable[int]) -> list[str]:
-    return [mosaic.CAUSES[c][0] for c in sorted(codes)]
+    return cause_names(codes)
 
 
 # -- metrics --------------------------------------------------------------------------
@@ -319,25 +329,25 @@ def _native_metrics(native: Volume, layers: list[CauseLayer], output: OutputData
     return masks.source, image_quality(data, usable, masks, notes)
 
 
-def _own_metrics(output: OutputData, records: list[Mapping[str, Any]]) -> dict[str, float]:
-    """mriprep's own measures: what the pipeline had to change or doubt."""
+def _own_metrics(output: OutputData, records: list[Mapping[str, Any]]
+                 ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
+    """What the pipeline had to change or doubt: the output's invalid fraction, and the
+    measures each stage of ``records`` declares, with their declarations (as JSON)."""
+    from mriprep.stages.qc_declaration import declared_stage
+
     metrics = {"invalid_fraction": float(1.0 - np.count_nonzero(output.valid)
                                          / output.valid.size)}
-    by_stage = {r.get("stage"): r.get("metrics", {}) for r in records}
-    picks = {
-        "filled_voxels": ("sanitize", "replaced"),
-        "masked_slices": ("mask_slices", "n_flagged"),
-        "registration_similarity": ("register", "similarity"),
-        "registration_overlap": ("register", "overlap"),
-        "head_scale": ("register", "head_scale"),
-        "bias_ratio": ("register", "bias_ratio"),
-        "skull_stripped": ("register", "skull_stripped"),
-    }
-    for name, (stage, key) in picks.items():
-        value = by_stage.get(stage, {}).get(key)
-        if isinstance(value, (int, float)):
-            metrics[name] = float(value)
-    return metrics
+    info: dict[str, dict[str, Any]] = {}
+    for record in records:
+        stage = declared_stage(str(record.get("stage")))
+        if stage is None or stage.qc is None:
+            continue
+        found = stage.qc.measures(record.get("metrics") or {})
+        for metric in stage.qc.metrics:
+            if metric.name in found and metric.name not in metrics:
+                metrics[metric.name] = found[metric.name]
+                info[metric.name] = metric.to_json()
+    return metrics, info
 
 
 # -- from the cache -------------------------------------------------------------------
@@ -352,23 +362,23 @@ def qc_from_cache(cache, key: str) -> SubjectQC:
     deterministic), when the pipeline file still hashes as recorded; else invalid voxels
     are drawn in one colour, "cause not recorded".
     """
+    from mriprep.cache.sidecar import read_sidecar
     from mriprep.core.hashing import sha256_file
     from mriprep.inputs.readers import load_volume
 
-    meta = cache.read_meta(key)
+    sidecar = read_sidecar(cache, key)
     arrays = {name: cache.load_tensor(key, name) for name in ("image", "valid", "label")
-              if name in meta.get("files", {})}
-    transform = meta.get("template_to_subject")
+              if name in sidecar.tensor_names}
+    if sidecar.affine is None:
+        raise ValueError(f"entry {key}: its meta.json records no affine")
     output = OutputData(
         image=np.asarray(arrays["image"], dtype=np.float32), valid=np.asarray(arrays["valid"]),
-        affine=np.asarray(meta["affine"], dtype=np.float64), label=arrays.get("label"),
-        template_to_subject=np.asarray(transform) if transform is not None else None)
-    records = meta.get("provenance", [])
+        affine=sidecar.affine, label=arrays.get("label"),
+        template_to_subject=sidecar.template_to_subject)
+    records = sidecar.records
     notes = ["made from the cache after the run (the run made no QC for this entry)"]
-    native, layers, unexplained = None, [], mosaic.UNRECORDED
-    inputs = meta.get("inputs", {})
-    paths = {role: (Path(v["path"]), v.get("sha256")) for role, v in inputs.items()
-             if isinstance(v, dict) and v.get("path")}
+    native, layers, unexplained = None, [], UNRECORDED
+    paths = {role: (Path(f.path), f.sha256) for role, f in sidecar.inputs.items() if f.path}
     image, recorded = paths.get("image", (None, None))
     if image is None or not image.is_file():
         notes.append(f"input: {image} no longer exists, so the native scan is not shown")
@@ -378,36 +388,36 @@ def qc_from_cache(cache, key: str) -> SubjectQC:
     else:
         label, label_sha = paths.get("label", (None, None))
         same_label = label is not None and label.is_file() and sha256_file(label) == label_sha
-        header = meta.get("header") if meta.get("header") in ("qform", "sform") else "auto"
-        native = load_volume(image, label if same_label else None, header=header)
-        replayed = _replay(native, meta)
+        native = load_volume(image, label if same_label else None, header=sidecar.nifti_form)
+        replayed = _replay(native, sidecar.pipeline_source, sidecar.pipeline_hash)
         if isinstance(replayed, str):
             notes.append(replayed)
         else:
-            layers, unexplained = replayed, mosaic.OUTSIDE
+            layers, unexplained = replayed, OUTSIDE
     qc = subject_qc(native, layers, output, template_from_records(records), records,
                     unexplained=unexplained, source="cache")
     qc.notes = notes + qc.notes
     return qc
 
 
-def _replay(native: Volume, meta: Mapping[str, Any]) -> list[CauseLayer] | str:
-    """The cause layers of the steps before the first grid or transform step, run again
-    on the native scan; or why they cannot be."""
+def _replay(native: Volume, source: str | None,
+            recorded_hash: str) -> list[CauseLayer] | str:
+    """The cause layers of the steps before the first grid or transform step of the
+    pipeline ``source`` (as cached: ``recorded_hash``), run again on the native scan; or
+    why they cannot be."""
     import dataclasses
 
     from mriprep.pipelines import load_pipeline
+    from mriprep.pipelines.execute import run_stages
     from mriprep.qc.capture import Capture
-    from mriprep.run.subject import run_stages
     from mriprep.stages import get_stage
 
-    source = meta.get("pipeline_source")
     try:
         pipeline = load_pipeline(source)
     except Exception as exc:  # noqa: BLE001 - any reason means: not replayable
         return (f"causes of invalid voxels not drawn: the pipeline {source} cannot be "
                 f"loaded again ({exc})")
-    if pipeline.hash != meta.get("pipeline_hash"):
+    if pipeline.hash != recorded_hash:
         return (f"causes of invalid voxels not drawn: the pipeline {source} has changed "
                 "since this entry was cached")
     prefix = []

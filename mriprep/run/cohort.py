@@ -1,13 +1,13 @@
 """Run a pipeline over a cohort on dask: one task per subject, written to the cache.
 
 Each subject is one dask task (:func:`mriprep.run.subject.process_subject`) that receives
-its manifest row as it is and returns a :class:`~mriprep.run.result.SubjectResult`; it
+its manifest row as it is and returns a :class:`~mriprep.cache.run_report.SubjectResult`; it
 never raises into the scheduler, so a broken scan comes back failed with its stage and
 reason, and the rest of the cohort completes.
 
 The scheduler (a private LocalCluster of worker processes by default, dask's threaded or
 synchronous scheduler, Slurm jobs, or a running cluster's address) and the pinned thread
-pools of the workers are set up by :mod:`mriprep.run.scheduling`; on Slurm the job board
+pools of the workers are set up by :mod:`mriprep.run.worker_setup`; on Slurm the job board
 (:mod:`mriprep.run.slurm.jobs`) scales the jobs and resubmits the subjects of dead ones.
 
 Index
@@ -34,21 +34,19 @@ import dataclasses
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from mriprep.cache import Cache, IndexEntry
+from mriprep.cache.run_report import SubjectResult
 from mriprep.cache.store import REPORTS_DIR
 from mriprep.core.errors import CacheError, SchedulerError
-from mriprep.core.exit_codes import ExitCode
 from mriprep.core.machine import usable_cores
 from mriprep.inputs.manifest import ManifestRow
 from mriprep.pipelines import Pipeline
 from mriprep.run.interrupt import RunInterrupted, interrupts_ignored
-from mriprep.run.reports import write_reports
-from mriprep.run.result import STATUSES, SubjectResult
+from mriprep.run.reports import RunResult, write_reports
 from mriprep.run.scheduling import scheduler_client
 from mriprep.run.subject import process_subject
 
@@ -80,41 +78,6 @@ def cohort_rows(manifest_path: str | os.PathLike) -> list[ManifestRow]:
                             label=Path(row.label).resolve() if row.label else None)
         for row in manifest.rows
     ]
-
-
-@dataclass
-class RunResult:
-    """The outcome of :func:`run_cohort`: one result per subject, in manifest order."""
-
-    results: list[SubjectResult]
-    pipeline: Pipeline
-    cache_root: Path
-    scheduler: str
-    workers: int
-    seconds: float
-    report_paths: dict[str, Path] = field(default_factory=dict)
-    # Writing the HTML QC report after the subjects (not counted in ``seconds``).
-    report_seconds: float = 0.0
-    report_error: str = ""
-    # What the run did to the index before starting (a repair, a pipeline replaced).
-    index_note: str = ""
-
-    def count(self, status: str) -> int:
-        return sum(1 for r in self.results if r.status == status)
-
-    @property
-    def failed(self) -> list[SubjectResult]:
-        return [r for r in self.results if r.failed]
-
-    @property
-    def exit_code(self) -> int:
-        """0 when every subject is cached or skipped, 1 when some failed."""
-        return ExitCode.PROBLEMS if self.failed else ExitCode.OK
-
-    def counts(self) -> dict[str, int]:
-        return {status: self.count(status) for status in STATUSES} | {
-            "total": len(self.results)
-        }
 
 
 def run_cohort(
@@ -341,11 +304,10 @@ def _refuse_takeover_early(cache_root: str | os.PathLike, pipeline: Pipeline) ->
 class _IndexWriter:
     """Batches index updates: one locked rewrite per few seconds, not per subject.
 
-    A rewrite costs time in proportion to the index (about 0.07 ms an entry: 0.13 s at
-    2,000 entries, `make bench` scale), and the driver collects no result meanwhile. So
-    the interval grows with the cost: rewrites never take more than
-    :data:`INDEX_TIME_SHARE` of a run, however large the cohort (at 10,000 entries, a
-    0.7 s rewrite every 35 s instead of every 10 s).
+    A rewrite costs time in proportion to the index (`make bench` scale;
+    docs/benchmarks.md, "Cache and runner"), and the driver collects no result meanwhile.
+    So the interval grows with the cost: rewrites never take more than
+    :data:`INDEX_TIME_SHARE` of a run, however large the cohort.
     """
 
     def __init__(self, cache: Cache):

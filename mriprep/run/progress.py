@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from mriprep.core.progress import ProgressBar
-from mriprep.run.result import STATUSES, SubjectResult
+from mriprep.cache.run_report import STATUSES, SubjectResult
 
 
 class ProgressReporter:

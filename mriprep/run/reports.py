@@ -1,9 +1,10 @@
-"""The record of a run: per-subject report files and the closing summary.
+"""The outcome of a run (:class:`RunResult`), its report files and its closing summary.
 
 After a run, ``CACHE/reports/latest.json`` and ``latest.csv`` (and a timestamped copy of
 each) list every subject of the manifest with ``status`` ("cached": computed and written
 now; "skipped": a verified entry already existed; "failed"), the failing ``stage`` and
-``reason``, the entry ``key``, the ``seconds`` taken and every stage's metrics.
+``reason``, the entry ``key``, the ``seconds`` taken and every stage's metrics. Reading
+one back: :mod:`mriprep.cache.run_report`.
 """
 
 from __future__ import annotations
@@ -12,27 +13,59 @@ import csv
 import io
 import json
 import os
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mriprep
-from mriprep.cache import REPORTS_DIR, Cache
+from mriprep.cache import Cache
+from mriprep.cache.run_report import (
+    LATEST_REPORT,
+    REPORT_COLUMNS,
+    REPORT_FORMAT,
+    REPORT_VERSION,
+    STATUSES,
+    SubjectResult,
+)
+from mriprep.core.exit_codes import ExitCode
 from mriprep.core.volume import jsonable
-from mriprep.run.result import REPORT_COLUMNS
-
-if TYPE_CHECKING:
-    from mriprep.run.cohort import RunResult
-
-REPORT_FORMAT = "mriprep-run-report"
-REPORT_VERSION = 1
-# The last run's report, in the cache's reports folder; every run also keeps a copy.
-LATEST_REPORT = "latest.json"
+from mriprep.pipelines import Pipeline
 
 
-def latest_report_path(cache_root: str | os.PathLike) -> Path:
-    """Where the last run's report of a cache is (it may not exist)."""
-    return Path(cache_root) / REPORTS_DIR / LATEST_REPORT
+@dataclass
+class RunResult:
+    """The outcome of :func:`run_cohort`: one result per subject, in manifest order."""
+
+    results: list[SubjectResult]
+    pipeline: Pipeline
+    cache_root: Path
+    scheduler: str
+    workers: int
+    seconds: float
+    report_paths: dict[str, Path] = field(default_factory=dict)
+    # Writing the HTML QC report after the subjects (not counted in ``seconds``).
+    report_seconds: float = 0.0
+    report_error: str = ""
+    # What the run did to the index before starting (a repair, a pipeline replaced).
+    index_note: str = ""
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def failed(self) -> list[SubjectResult]:
+        return [r for r in self.results if r.failed]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every subject is cached or skipped, 1 when some failed."""
+        return ExitCode.PROBLEMS if self.failed else ExitCode.OK
+
+    def counts(self) -> dict[str, int]:
+        return {status: self.count(status) for status in STATUSES} | {
+            "total": len(self.results)
+        }
 
 
 def write_reports(

@@ -1,7 +1,7 @@
 """One subject, on a worker: hash the inputs, load, run every stage, write the entry.
 
 :func:`process_subject` takes a :class:`~mriprep.inputs.manifest.ManifestRow` as the
-manifest holds it and returns a :class:`~mriprep.run.result.SubjectResult`; it never
+manifest holds it and returns a :class:`~mriprep.cache.run_report.SubjectResult`; it never
 raises. It skips the subject when a verified entry with the same key exists, and
 otherwise runs load + every stage + the cache write in the worker that holds the data:
 volumes never travel between workers, only the small result goes back.
@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -31,11 +31,19 @@ from mriprep.core.hashing import sha256_file
 from mriprep.core.limits import INT16, UINT8_MAX
 from mriprep.core.volume import Volume, jsonable
 from mriprep.inputs.manifest import ManifestRow
+from mriprep.cache.sidecar import EntrySidecar, InputFile
 from mriprep.pipelines import Pipeline
+from mriprep.pipelines.execute import (
+    Position,
+    run_stages,
+    stage_metrics,
+    stage_metrics_json,
+    stage_warnings,
+)
 from mriprep.qc.capture import Capture
-from mriprep.run.result import SubjectResult
-from mriprep.run.scheduling import configure_worker
-from mriprep.stages import all_stages, get_stage
+from mriprep.cache.run_report import SubjectResult
+from mriprep.run.worker_setup import configure_worker
+from mriprep.stages import get_stage
 from mriprep.stages.intensity import all_finite
 
 
@@ -114,11 +122,10 @@ def process_subject(
 
 
 @dataclass
-class _Current:
-    """Where a task is, so that an unexpected error still names its stage."""
+class _Current(Position):
+    """Where a task is (its step, as :func:`run_stages` keeps it, and its entry's key),
+    so that an unexpected error still names its stage."""
 
-    stage: str
-    volume: Volume | None = None
     key: str = ""
     capture: Capture | None = None
     cache_root: str = ""
@@ -133,8 +140,9 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
     current.key = key
     if not force and cache.has_entry(key, verify=True):
         meta = cache.read_meta(key)
+        sidecar = EntrySidecar.from_json(meta, where=str(cache.entry_dir(key) / "meta.json"))
         return dict(status="skipped", key=key, entry=IndexEntry.from_meta(key, meta),
-                    metrics=stage_metrics_json(meta.get("provenance", [])))
+                    metrics=stage_metrics_json(sidecar.records))
     # An entry folder that exists but did not verify is corrupt: swap it out.
     replace = force or cache.entry_dir(key).exists()
 
@@ -148,8 +156,9 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
 
     current.stage = "cache"
     tensors = output_tensors(volume, pipeline.output_dtype)
-    meta, extra_files = entry_meta(row, pipeline, hashes, volume)
-    entry = cache.write_entry(key, tensors, meta, replace=replace, extra_files=extra_files,
+    sidecar, extra_files = entry_meta(row, pipeline, hashes, volume)
+    entry = cache.write_entry(key, tensors, sidecar.to_json(), replace=replace,
+                              extra_files=extra_files,
                               compression=pipeline.compression)
     warnings = stage_warnings(volume.provenance)
     if replace and not force:
@@ -173,41 +182,6 @@ def input_hashes(row: ManifestRow) -> dict[str, str]:
             )
         hashes[role] = sha256_file(path)
     return hashes
-
-
-def run_stages(volume: Volume, pipeline: Pipeline, current: _Current | None = None,
-               observe: Callable[[str, Volume, Volume], None] | None = None) -> Volume:
-    """Run every step of ``pipeline`` on ``volume`` and return the final volume.
-
-    ``observe(step_name, before, after)`` is called after each step (the QC capture).
-
-    Raises
-    ------
-    StageError
-        From the failing stage, or when a transform handed over was never applied
-        (a pipeline the loader accepted cannot end so; a hand-made one can).
-    """
-    current = current or _Current("")
-    handed_over_by = ""
-    for step in pipeline.steps:
-        current.stage = step.name
-        had_pending = volume.pending is not None
-        before = volume
-        volume = get_stage(step.name)(volume, step.params)
-        current.volume = volume
-        if observe is not None:
-            observe(step.name, before, volume)
-        if volume.pending is not None and not had_pending:
-            handed_over_by = step.name
-    if volume.pending is not None:
-        # Only a pipeline built by hand gets here: the loader refuses such an order.
-        appliers = " or ".join(repr(s.name) for s in all_stages() if s.applies_transform)
-        raise StageError(
-            handed_over_by,
-            "the pipeline ended with a registration transform that was never applied; "
-            f"add a step that applies it ({appliers}) after {handed_over_by!r}",
-        )
-    return volume
 
 
 def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
@@ -241,68 +215,39 @@ def output_tensors(volume: Volume, output_dtype: str) -> dict[str, np.ndarray]:
 
 def entry_meta(
     row: ManifestRow, pipeline: Pipeline, hashes: dict[str, str], volume: Volume,
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The JSON sidecar of an entry (the cache adds key, files and checksums) and the
-    extra files the stages declare (name -> text)."""
+) -> tuple[EntrySidecar, dict[str, str]]:
+    """The entry's sidecar (the cache adds key, files and checksums) and the extra files
+    the stages declare (name -> text)."""
     paths = input_paths(row)
-    meta = {
-        "subject_id": row.subject_id,
-        "session_id": row.session_id,
-        "pipeline_name": pipeline.name,
-        "pipeline_hash": pipeline.hash,
-        "pipeline_source": pipeline.source,
-        "output_dtype": pipeline.output_dtype,
-        "inputs": {role: {"path": paths[role], "sha256": h} for role, h in hashes.items()},
-        # Which NIfTI form gave the input's geometry (what reads the scan again uses it).
-        "header": header_choice(row, pipeline),
-        "affine": volume.affine.tolist(),
-        "spacing": list(volume.spacing),
-        "shape": list(volume.shape),
-        # The allowed label values, when a stage declares them (None: not checked).
-        "label_values": None,
-        "provenance": [record.to_json() for record in volume.provenance],
-        "mriprep_version": mriprep.__version__,
-    }
+    declared: dict[str, Any] = {}
     extra_files: dict[str, str] = {}
     for step in pipeline.steps:
-        declared = get_stage(step.name)
-        if declared.entry_meta is not None:
-            meta.update(declared.entry_meta(step.params, volume))
-        if declared.entry_files is not None:
-            extra_files.update(declared.entry_files(step.params, volume))
-    return meta, extra_files
-
-
-def stage_metrics(records: Iterable) -> dict[str, dict[str, Any]]:
-    """Stage name -> its metrics and seconds, from StageRecords."""
-    return stage_metrics_json(record.to_json() for record in records)
-
-
-def stage_metrics_json(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Stage name -> its metrics and seconds, from StageRecords as JSON."""
-    out: dict[str, dict[str, Any]] = {}
-    for record in records:
-        name = record["stage"]
-        while name in out:  # a stage used twice keeps both: sanitize, sanitize_2, ...
-            name = _next_name(name)
-        out[name] = dict(jsonable(record.get("metrics", {})), seconds=record.get("seconds"))
-    return out
-
-
-def stage_warnings(records: Iterable) -> list[str]:
-    return [f"{r.stage}: {w}" for r in records for w in r.warnings]
-
-
-def stage_warnings_json(records: Iterable[dict[str, Any]]) -> list[str]:
-    """:func:`stage_warnings` of StageRecords as JSON."""
-    return [f"{r['stage']}: {w}" for r in records for w in r.get("warnings", [])]
-
-
-def _next_name(name: str) -> str:
-    base, _, number = name.rpartition("_")
-    if base and number.isdigit():
-        return f"{base}_{int(number) + 1}"
-    return f"{name}_2"
+        stage = get_stage(step.name)
+        if stage.entry_meta is not None:
+            declared.update(stage.entry_meta(step.params, volume))
+        if stage.entry_files is not None:
+            extra_files.update(stage.entry_files(step.params, volume))
+    label_values = declared.pop("label_values", None)
+    sidecar = EntrySidecar(
+        subject_id=row.subject_id,
+        session_id=row.session_id,
+        pipeline_name=pipeline.name,
+        pipeline_hash=pipeline.hash,
+        pipeline_source=pipeline.source,
+        output_dtype=pipeline.output_dtype,
+        inputs={role: InputFile(paths[role], h) for role, h in hashes.items()},
+        # Which NIfTI form gave the input's geometry (what reads the scan again uses it).
+        header=header_choice(row, pipeline),
+        affine=volume.affine,
+        spacing=tuple(volume.spacing),
+        shape=tuple(volume.shape),
+        # The allowed label values, when a stage declares them (None: not checked).
+        label_values=None if label_values is None else tuple(label_values),
+        provenance=tuple(record.to_json() for record in volume.provenance),
+        mriprep_version=mriprep.__version__,
+        other=jsonable(declared),
+    )
+    return sidecar, extra_files
 
 
 def _write_qc(row: ManifestRow, pipeline: Pipeline, cache: Cache, key: str, capture: Capture,

@@ -20,7 +20,10 @@ preprocessing) and ``mriprep check`` (on a cache, after):
 * :mod:`~mriprep.splits.assignment`: a split per subject (never per scan), in counts
   within one subject of the fractions, drawn in an order fixed by a hash of the subject
   id and a seed, keeping existing splits as the cohort grows (:func:`assign_splits`);
-  K-fold cross-validation folds by subject (:func:`assign_folds`).
+  K-fold cross-validation folds by subject (:func:`assign_folds`);
+* :mod:`~mriprep.splits.summary`: ``mriprep splits``'s work, an assignment and the
+  check of its result (:func:`assign_and_check`), and what it did as JSON and as text
+  (:class:`SplitsSummary`).
 
 Every problem is a :class:`~mriprep.core.findings.Finding`. The names below are the API
 of ``mriprep splits`` and ``mriprep check``; the modules of this package import each
@@ -49,6 +52,7 @@ from mriprep.splits.near_duplicates import (
     NEAR_DUPLICATE_THRESHOLD,
     find_near_duplicates,
 )
+from mriprep.splits.summary import SplitsSummary, assign_and_check
 
 __all__ = [
     "EXACT_SEARCH_MAX",
@@ -61,6 +65,8 @@ __all__ = [
     "assign_folds",
     "SplitMember",
     "SplitsReport",
+    "SplitsSummary",
+    "assign_and_check",
     "assign_splits",
     "check_manifest_splits",
     "find_identical",

@@ -14,13 +14,13 @@ with their split (or fold) set; nothing is written.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from mriprep.core.findings import named
+from mriprep.core.hashing import sha256_bytes
 
 
 def parse_fractions(
@@ -59,7 +59,7 @@ def parse_fractions(
 
 def subject_draw(subject_id: str, seed: int | str) -> float:
     """A number in [0, 1) fixed by the subject id and the seed alone (SHA-256 based)."""
-    digest = hashlib.sha256(f"mriprep-split\0{seed}\0{subject_id}".encode()).digest()
+    digest = sha256_bytes(f"mriprep-split\0{seed}\0{subject_id}")
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
@@ -373,8 +373,7 @@ def _sklearn_folds(members: Mapping[str, list[Any]], stratum_of: Mapping[str, st
     rows = [(s, r) for s, subject_rows in sorted(members.items()) for r in subject_rows]
     groups = np.array([s for s, _ in rows])
     labels = np.array([stratum_of[s] for s, _ in rows])
-    random_state = int.from_bytes(hashlib.sha256(f"mriprep-folds\0{seed}".encode())
-                                  .digest()[:4], "big")
+    random_state = int.from_bytes(sha256_bytes(f"mriprep-folds\0{seed}")[:4], "big")
     splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=random_state)
     chosen = {}
     with warnings.catch_warnings(record=True) as caught:

@@ -85,7 +85,8 @@ IDENTITY_WARNING = NEAR_DUPLICATE_THRESHOLD  # 0.5, `mriprep check --near-thresh
 # Off the reference grid the descriptors can only be centred on their own cohort, whose
 # mean is a poor average person in a small cohort and the person themselves in a cohort
 # that one person dominates (docs/benchmarks.md, "Identity leaks": cohort-centred rows).
-# Below 3 entries there is no average at all: `identity-too-few`.
+# Below 3 entries there is no average at all: the search's summary says they are too
+# few to judge.
 COHORT_CENTRED_MIN = 3
 # The mean correlation of different ids' deviations from the reference population from
 # which a cache is too uniform to judge (shared_deviation). Measured (make bench identity,

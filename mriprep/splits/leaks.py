@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Mapping, Protocol
 
-from mriprep.core.findings import Finding, Severity, named
+from mriprep.core.findings import Finding, named
 
 
 class SplitMember(Protocol):
@@ -52,7 +52,6 @@ def find_unassigned(items: Iterable[SplitMember], fix: str) -> list[Finding]:
         return []
     return [
         Finding(
-            Severity.ERROR,
             "split-missing",
             f"{_entries(len(loose))} {'has' if len(loose) == 1 else 'have'} no split: "
             f"{named([i.finding_name for i in loose])}; {fix}",
@@ -79,7 +78,6 @@ def find_subject_leaks(items: Iterable[SplitMember], fix: str) -> list[Finding]:
             )
             findings.append(
                 Finding(
-                    Severity.ERROR,
                     "subject-split-leak",
                     f"subject {subject} is in {len(sessions)} splits ({where}): its scans "
                     f"leak between training and evaluation; {fix}",
@@ -135,7 +133,6 @@ def find_identical(
         if len(subjects) == 1 and len(splits) == 1:
             findings.append(
                 Finding(
-                    Severity.WARNING,
                     "duplicate-session",
                     f"the same {hashed} appears for {_entries(len(scans))} of subject "
                     f"{subjects[0]}: {where}; drop the repeated scan from the manifest",
@@ -146,7 +143,6 @@ def find_identical(
             continue
         findings.append(
             Finding(
-                Severity.ERROR,
                 code,
                 f"the same {hashed} appears {len(scans)} times under {len(subjects)} subject "
                 f"id(s) in {len(splits)} split(s): {where}. One scan counted twice leaks "

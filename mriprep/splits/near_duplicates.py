@@ -217,8 +217,9 @@ _BYTE_BITS = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
 
 
 def _popcount(words: np.ndarray) -> np.ndarray:
-    """Set bits per uint64 word (numpy >= 2 counts them natively, 8x faster than a
-    byte table) or, on older numpy, per byte: summed along a row, the same distance."""
+    """Set bits per uint64 word (numpy >= 2 counts them natively, much faster than a
+    byte table: docs/benchmarks.md, "Identity") or, on older numpy, per byte: summed
+    along a row, the same distance."""
     if hasattr(np, "bitwise_count"):
         return np.bitwise_count(words)
     return _BYTE_BITS[words.view(np.uint8)]

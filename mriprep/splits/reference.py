@@ -8,8 +8,8 @@ train, its 0.5 mm copy in val and its skull-stripped copy in test, in a cache of
 not paired). Centred and scaled on this fixed population instead, a pair's correlation
 depends on the pair only, whatever else the cache holds.
 
-The population is :data:`~mriprep.splits.reference_build.REFERENCE_PEOPLE` synthetic
-people through ``t1w_mni_rigid``, made by :mod:`mriprep.splits.reference_build` and
+The population is :data:`~mriprep.demo.identity_reference.REFERENCE_PEOPLE` synthetic
+people through ``t1w_mni_rigid``, made by :mod:`mriprep.demo.identity_reference` and
 shipped as ``identity_reference.npz`` (:data:`REFERENCE_PATH`, its SHA-256 in
 :data:`REFERENCE_SHA256`). It describes images on the grid they were made on (MNI152
 1 mm, 197x233x189): :meth:`Reference.fits` says whether a cache's grid is that one.
@@ -18,14 +18,15 @@ shipped as ``identity_reference.npz`` (:data:`REFERENCE_PATH`, its SHA-256 in
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from mriprep.core.hashing import sha256_file
+
 REFERENCE_PATH = Path(__file__).with_name("identity_reference.npz")
-# Written by `python -m mriprep.splits.reference_build`, which prints the new value;
+# Written by `python -m mriprep.demo.identity_reference`, which prints the new value;
 # tests/splits/test_identity_reference.py fails when the file and this differ.
 REFERENCE_SHA256 = "96b93802e5516d464e7ab49d91db15cebc1ba18ace5850728cf6a2d81999ef00"
 # Each block's spread over the reference people is shrunk half way (in variance) to the
@@ -74,7 +75,7 @@ class Reference:
 
 
 def reference_from_arrays(arrays) -> Reference:
-    """The :class:`Reference` of the arrays :func:`~mriprep.splits.reference_build.
+    """The :class:`Reference` of the arrays :func:`~mriprep.demo.identity_reference.
     build_reference` returns (or ``identity_reference.npz`` holds)."""
     descriptors = np.asarray(arrays["descriptors"], dtype=np.float64)
     spread = descriptors.std(axis=0, ddof=1)
@@ -91,7 +92,7 @@ def reference_from_arrays(arrays) -> Reference:
 
 
 def reference_sha256(path: Path = REFERENCE_PATH) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return sha256_file(path)
 
 
 @functools.lru_cache(maxsize=1)
@@ -103,5 +104,5 @@ def load_reference() -> Reference:
     except (OSError, KeyError, ValueError) as exc:
         raise RuntimeError(
             f"the identity reference {REFERENCE_PATH} cannot be read ({exc}); reinstall "
-            "mriprep, or rebuild it with `python -m mriprep.splits.reference_build`"
+            "mriprep, or rebuild it with `python -m mriprep.demo.identity_reference`"
         ) from exc

@@ -15,13 +15,21 @@ Parameter fields may only use these types, so that YAML can express them and the
 can check them: ``bool``, ``int``, ``float``, ``str``, ``typing.Literal[...]`` of strings,
 ``tuple[float, float, float]`` / ``tuple[int, int, int]``, and ``X | None`` of those.
 
-What the pipeline loader and the runner need from a stage, the stage declares when it
-registers (see :class:`Stage`): the pipeline-level fields it inherits (``output_dtype``),
-the parameters that hold a template, whether it hands a transform to a later stage or
-applies one, whether it must come last, its own check of what comes before it, and what
-it adds to a cache entry (sidecar fields, extra files). The loader and the runner read
-these declarations and never name a stage, so a new stage needs an entry in
-:data:`STAGE_MODULES` and nothing else.
+What the pipeline loader, the runner and the QC report need from a stage, the stage
+declares when it registers (see :class:`Stage`): the pipeline-level fields it inherits
+(``output_dtype``), the parameters that hold a template, whether it hands a transform to
+a later stage or applies one, whether it must come last, its own check of what comes
+before it, what it adds to a cache entry (sidecar fields, extra files), and what the QC
+report shows of it (:class:`~mriprep.stages.qc_declaration.StageQC`: its measures, the
+causes of the invalid voxels it marks, named readings of its metrics). The loader, the
+runner, the QC report and the demo read these declarations and never name a stage.
+
+So a new stage needs its module and, when it ships in this package, one line in
+:data:`STAGE_MODULES` (the name -> module map that lets a pipeline file name a stage
+before anything imported it: stages are imported on first use); nothing else is edited.
+A stage defined outside this package (a plugin, a test) registers when its module is
+imported and needs not even that line: ``tests/stages/test_new_stage.py`` defines one
+and follows it through a pipeline, the run report and the QC report.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mriprep.core.volume import StageRecord, Volume
+from mriprep.stages.qc_declaration import StageQC
 
 # Stage name -> module that defines it. Modules are imported on first use so that a
 # process which only reads the cache never imports ANTs or SimpleITK.
@@ -91,6 +100,8 @@ class Stage:
         The stage's own check of its place in a pipeline (see :data:`OrderCheck`).
     entry_meta, entry_files
         Sidecar fields and extra files (name -> text) the stage adds to a cache entry.
+    qc
+        What the QC report shows of the stage (see :mod:`mriprep.stages.qc_declaration`).
     """
 
     name: str
@@ -104,6 +115,7 @@ class Stage:
     order_check: OrderCheck | None = None
     entry_meta: EntryMeta | None = None
     entry_files: EntryFiles | None = None
+    qc: StageQC | None = None
 
     def __call__(self, volume: Volume, params: Any = None, **overrides) -> Volume:
         """Run the stage on ``volume``; ``params`` or keyword overrides of the defaults."""
@@ -146,9 +158,12 @@ def stage(name: str, params_type: type, **declarations):
 
 
 def all_stages() -> list[Stage]:
-    """Every stage, its module imported (for messages that name the stages able to
-    fix a pipeline; a normal run imports only the stages it uses)."""
-    return [get_stage(name) for name in STAGE_MODULES]
+    """Every stage: those of :data:`STAGE_MODULES`, their modules imported, then any other
+    registered one (a plugin's, a test's), in the order they registered (for messages that
+    name the stages able to fix a pipeline, and the QC's legend of causes; a normal run
+    imports only the stages it uses)."""
+    shipped = [get_stage(name) for name in STAGE_MODULES]
+    return shipped + [s for name, s in _REGISTRY.items() if name not in STAGE_MODULES]
 
 
 def get_stage(name: str) -> Stage:

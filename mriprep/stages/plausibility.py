@@ -28,31 +28,12 @@ grid the head covers, needs the output, and lives in the validate stage
     8 mm level) against the human range, and its smallest extent (a slab or a crop is
     thin in one direction).
 
-Measured on the calibration set (:mod:`mriprep.demo.calibration`: 35 good scans of four
-synthetic people and three real Colin27 scans in five acquisitions, 1 mm to 0.9x0.9x5
-mm, straight and tilted; the registration failures; and
-:func:`~mriprep.demo.calibration.plausibility_cases`). ``make bench``
-(``benchmarks/bench_plausibility.py``) prints this table and refuses 0 of the 35 good
-scans, all 16 failures by an expected check, and none of the 12 inputs only register can
-judge (wrong header orientations, a phantom, T2 scans):
-
-======================  =======  ============  =========================================
-measure                 limit    good scans    failures
-======================  =======  ============  =========================================
-voxel sides (mm)        0.2-8    0.9 - 5.0     0.1 and 10 (headers in the wrong unit)
-shear (deg)             0.5      0             3, 10 (sheared sforms)
-large_scale_share       0.2      0.67 - 0.76   0.017 (noise), 0 (blank)
-background_share        0.1      0.52 - 0.62   0 (noise, blank), 0.0002 (a 64 mm crop)
-head length (mm)        142-450  186 - 291     82 (macaque), 135 (a head at 0.45 scale),
-                                               2801 (voxel sizes x10)
-head width (mm)         110      145 - 199     49-50 (40 mm slabs), 71-85 (top thirds),
-                                               57 (macaque), 86 (the small head)
-======================  =======  ============  =========================================
-
-Each limit sits in the gap between the two columns, with the good side's margin the
-larger (a new scanner's good scan is likelier than a new failure to fall just outside),
-except shear's: 0.5 degrees already moves a point 128 mm from the centre by 1.1 mm,
-about what registration is allowed to miss by.
+Each limit sits in the gap between good scans and failures of the calibration set, with
+the good side's margin the larger (a new scanner's good scan is likelier than a new
+failure to fall just outside), except shear's (about a voxel at the head's edge). The
+limits are defined, with their measured ranges, in :class:`PlausibilityParams`; the full
+table: ``make bench`` (``benchmarks/bench_plausibility.py``); docs/benchmarks.md, "Input
+plausibility".
 """
 
 from __future__ import annotations
@@ -68,6 +49,7 @@ from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite
+from mriprep.stages.qc_declaration import REFUSAL_CAUSES, StageQC
 from mriprep.stages.registration.checks import HUMAN_HEAD_LENGTH_MM, head_length_reason, head_shape
 from mriprep.stages.registration.pyramid import HEAD_FRACTION, build_levels
 
@@ -83,23 +65,32 @@ _STRUCTURE_SIGMA_MM = 8.0
 
 @dataclass(frozen=True)
 class PlausibilityParams:
-    """Parameters of the plausibility stage (limits measured in the module doc).
+    """Parameters of the plausibility stage.
+
+    Each limit with its measured range on the calibration set, good scans / failures
+    (docs/benchmarks.md, "Input plausibility").
 
     Attributes
     ----------
     min_voxel_mm, max_voxel_mm : float
-        Plausible voxel sides of a human MRI scan.
+        Plausible voxel sides of a human MRI scan. Good 0.9-5.0 / headers in the wrong
+        unit 0.1 and 10.
     max_shear_deg : float
         Largest departure from right angles between the voxel axes. 0.5 degrees shifts
-        a point 128 mm from the centre by 1.1 mm, about a voxel.
+        a point 128 mm from the centre by 1.1 mm, about a voxel. Good 0 / sheared sforms
+        3 and 10.
     min_large_scale_share : float
-        Least share of the variance at scales above 8 mm.
+        Least share of the variance at scales above 8 mm. Good 0.67-0.76 / noise 0.017,
+        blank 0.
     min_background_share : float
-        Least share of the field of view that is air.
+        Least share of the field of view that is air. Good 0.52-0.62 / noise and blank 0,
+        a 64 mm crop 0.0002.
     min_head_length_mm, max_head_length_mm : float
         The human range of the head's (or brain's) length, as the register stage has it.
+        Good 186-291 / macaque 82, a head at 0.45 scale 135, voxel sizes x10 2801.
     min_head_width_mm : float
-        Least smallest extent of the head or brain.
+        Least smallest extent of the head or brain. Good 145-199 / 40 mm slabs 49-50, top
+        thirds 71-85, macaque 57, the small head 86.
     warn : tuple of str
         Checks (of ``voxel_size``, ``shear``, ``no_head``, ``head_size``) that only warn.
     """
@@ -248,7 +239,12 @@ def broken_checks(measures: dict, params: PlausibilityParams) -> dict[str, str]:
     return broken
 
 
-@stage("plausibility", PlausibilityParams)
+# A refusal names every check that failed (the demo's referee compares them with the
+# causes it planted).
+_QC = StageQC(readings={REFUSAL_CAUSES: lambda m: list(m.get("failed_checks", []))})
+
+
+@stage("plausibility", PlausibilityParams, qc=_QC)
 def plausibility(volume: Volume, params: PlausibilityParams) -> StageOutput:
     """Measure the input and refuse it if it cannot be a human head scan.
 

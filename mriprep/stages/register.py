@@ -5,91 +5,48 @@ The stage estimates the transform that maps the template's world onto the subjec
 ``Volume.pending`` with the template's grid, and the resample stage applies transform and
 change of grid in one interpolation.
 
-How it is fast and accurate
----------------------------
-* **Coarse pyramid, built once for the template.** Registration runs on isotropic
-  levels (``level_spacings_mm``, default 4 then 2 mm). The template's levels are built
-  once per process and cached. The subject's are built by normalised convolution, so
-  invalid voxels (filled NaN, masked slices) lend no intensity to their neighbours;
-  thick-slice axes are *upsampled* to the level spacing, which keeps the metric's
-  gradient consistent across 5 mm slices (kept at 5 mm, the optimiser stopped ~0.1 mm
-  short on 0.9x0.9x5 mm subjects). Hundreds of thousands of 2 mm voxels over-determine
-  six parameters: a final 1 mm level brings nothing measurable for ten times the time.
-* **Bias-field flattening.** A smooth multiplicative bias field was the largest error
-  source of mutual information on smoothed images. Both images are divided by their own
-  heavily smoothed version (normalised convolution inside the head, sigma
-  ``bias_sigma_mm``), which removes the field and keeps the edges. With 20 mm (rather than
-  the first build's 10) other people's good scans score similarity 0.57-0.73 against
-  failures at or below 0.17, and consistency improved slightly (0.159 against 0.173 mm
-  mean on the calibration set).
-* **Brain-focused metric, centred initialisation.** The fixed metric mask is the
-  template's brain dilated by ``brain_margin_mm`` (scalp and neck differ most between
-  people); the moving mask is the subject's ``valid``. The start is the global search's
-  pose (below; with ``search_spacing_mm=0``, aligned centres of mass of the head's valid
-  voxels); the rotation centre is the template
-  brain's centre of mass, which decouples rotation from translation.
-* **Sampling.** ``sampling_fraction`` of the fixed mask's voxels on the coarse levels,
-  ``fine_sampling_fraction`` on the finest, drawn once per level with ``seed``: the
-  cost function is deterministic, so the step-halving optimiser converges to 10 um
-  steps (the affine's to 1 um). Gradients are taken at the sampled points only; N4 and
-  the bias flattening run on coarse grids. Together these brought a scan from ~4.1 s to
-  ~2.1 s (2 threads; docs/benchmarks.md).
-* **The head's size and shape, and N4.** Adult heads span about 0.82-1.18x MNI size,
-  and their proportions differ by about 15%: the search tries the template brain at
-  several sizes, the pose is optimised rigidly on every level, then a
-  12-parameter affine on every level over the brain's interior (by correlation: see
-  :mod:`~mriprep.stages.registration.sitk_backend`), and the checks judge the fit at the
-  subject's own size and shape. The output applies the rigid part
+How it works, and why
+---------------------
+* **A coarse pyramid** (``level_spacings_mm``, default 4 then 2 mm; the template's built
+  once per process). The subject's levels are built by normalised convolution, so invalid
+  voxels lend no intensity to their neighbours, and thick-slice axes are upsampled to the
+  level spacing, which keeps the metric's gradient consistent across thick slices. 2 mm
+  voxels already over-determine the parameters: there is no 1 mm level.
+* **Bias-field flattening.** Both images are divided by their own heavily smoothed
+  version (``bias_sigma_mm``): a smooth bias field was mutual information's largest error
+  source. A receive field too strong for that (a surface coil, 7T) is divided out by N4
+  on the 8 mm level before the search; the cached image is untouched.
+* **A brain-focused metric.** The fixed mask is the template's brain dilated by
+  ``brain_margin_mm`` (scalp and neck differ most between people), the moving mask the
+  subject's ``valid``; the rotation centre is the template brain's centre of mass, which
+  decouples rotation from translation.
+* **Deterministic sampling.** ``sampling_fraction`` (``fine_sampling_fraction`` on the
+  finest level) of the fixed mask's voxels, drawn once per level with ``seed``, so the
+  step-halving optimiser converges to 10 um steps (the affine's to 1 um).
+* **Each head at its own size and shape.** The search tries the template brain at
+  several sizes, the pose is optimised rigidly on every level, then a 12-parameter
+  affine over the brain's interior (:mod:`~mriprep.stages.registration.sitk_backend`),
+  and the checks judge the fit. The output applies the rigid part
   (``transform="rigid"``), the rigid part with the isotropic size (``"similarity"``) or
-  the whole fit (``"affine"``). A receive field of up to 10x over the head (a surface
-  coil, 7T) is divided out by N4 on the 8 mm level before the search; the cached image
-  is untouched.
+  the whole fit (``"affine"``).
 
-Accuracy, time and the ranges of every check on the calibration set and its population
-(:mod:`mriprep.demo.calibration`, :mod:`mriprep.demo.population`) are printed by
-``make bench`` (section "registration") and kept in docs/benchmarks.md. The first build,
-without the search, took 1.0 s a subject and could not tell a 90-degree header error
-from a good scan.
+Precision: both backends compute the metric on float32 images and keep the transform in
+double precision, as ITK does. With one thread (the default; the runner parallelises
+across subjects) the same input, ``seed`` and parameters give bit-identical transforms
+(tested); with more, ITK's threaded sums change order and repeated runs agree only to
+rounding. ANTsPy reads its thread count once per process; the count in effect is
+recorded as ``ants_threads``.
 
-Precision and reproducibility
------------------------------
-Both backends compute the metric on float32 images (SimpleITK's registration casts to
-float32; ANTs runs with ``--float 1``) and keep the transform in double precision, as
-ITK does. With one thread (the default; the runner parallelises across subjects) the
-same input, ``seed`` and parameters give bit-identical transforms (both backends, tested).
-With more threads, ITK's threaded metric accumulation does not keep a fixed summation
-order: repeated runs agree to ~1e-15 relative (measured), not bit for bit. ANTsPy
-reads its thread count once per process, when it is loaded (``ITK_GLOBAL_DEFAULT_
-NUMBER_OF_THREADS``); the count in effect is recorded as ``ants_threads``.
+Failure detection (docs/design.md, "Registration knows when it failed"): a local
+optimiser converges wherever it starts, so a global search
+(:mod:`~mriprep.stages.registration.search`) gives the start, and a scan whose header is
+wrong still registers, the rotation it needed naming the error; then
+:func:`~mriprep.stages.registration.checks.diagnose` names the first check that fails.
+A left-right flip cannot be detected against nilearn's MNI152 2009 template: it is its
+own mirror image.
 
-Failure detection
------------------
-A local optimiser converges wherever it starts, so a wrong header (a quarter turn, a
-front-back flip) or an image that is not a T1 head still yields a transform; one
-similarity threshold cannot tell them apart from other people (the first build refused
-every real T1 at 0.7 and cached a 90-degree header error at 0). So:
-
-1. Before registering, a **global search**: the template brain, in each of the 24 axis
-   orientations, slides over the subject's 8 mm level (masked normalised
-   cross-correlation by FFT, :mod:`mriprep.stages.registration.search`); the best candidates
-   are refined by 20 degree tilts about each axis, tried at several sizes, and ranked by
-   a short mutual-information registration (a head 12-18% larger than the template's
-   ranked its right orientation second or third at the template's size: every candidate is
-   sized). The local optimiser starts from the winner, so a scan whose header is
-   wrong still registers, and the rotation it needed names the header error.
-2. After registering, :func:`~mriprep.stages.registration.checks.diagnose` asks, in order
-   (the first that fails names the cause): the head's length (``head_size``), the
-   search's best correlation (``no_brain``), the brain's overlap with the scan, placed
-   rigidly (``field_of_view``), the similarity at the fitted pose, size and shape
-   (``not_t1``), the fit's sizes, overall and along each axis (``head_size``), and the
-   rotation from the header (``orientation``); each limit sits with its measured ranges
-   where it is defined.
-
-The message of an orientation failure says where the header's R, A and S
-point in the anatomy. A left-right flip cannot be detected against nilearn's MNI152
-2009 template: it is exactly symmetric (the template equals its own mirror image voxel
-for voxel), so a mirrored brain registers to it as well as the original.
-
+Measured (accuracy, time, every check's ranges, and the figures behind the choices
+above): ``make bench`` (registration); docs/benchmarks.md, "Registration".
 """
 
 from __future__ import annotations
@@ -102,6 +59,12 @@ import numpy as np
 from mriprep.core.errors import StageError
 from mriprep.core.volume import PendingTransform, Volume
 from mriprep.stages import StageOutput, stage
+from mriprep.stages.qc_declaration import (
+    REFUSAL_CAUSES,
+    TEMPLATE_TO_SUBJECT,
+    QCMetric,
+    StageQC,
+)
 from mriprep.stages.registration.ants_backend import register_ants
 from mriprep.stages.registration.params import RegisterParams, RegistrationResult
 from mriprep.stages.registration.checks import (
@@ -167,8 +130,8 @@ SHAPE_MARGIN_MM = -10.0
 def prepare_template(params: RegisterParams) -> None:
     """Build the template's pyramid for ``params`` now (it is cached per process).
 
-    The first registration in a process otherwise pays for it (~0.8 s for MNI152); a
-    worker or a benchmark can call this once up front.
+    The first registration in a process otherwise pays for it (timed: docs/benchmarks.md,
+    "Registration"); a worker or a benchmark can call this once up front.
     """
     _template_pyramid_for(params)
 
@@ -318,10 +281,8 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
     The 24 orientations are searched first; each of the best ``search_candidates`` is
     then refined by tilts of 20 degrees about each axis (a head lies up to ~30
     degrees from the nearest orientation, beyond the local optimiser's reach); a short
-    registration on the coarsest level ranks the refined poses by mutual information.
-    Over the 116 calibration cases the winner came from the first candidate on every
-    good scan but four large heads (1.12-1.18x), from the second or third, by their
-    size's start.
+    registration on the coarsest level ranks the refined poses by mutual information
+    (which candidate wins on the calibration set: docs/benchmarks.md, "Registration").
     """
     template, spacing = params.template, params.search_spacing_mm
     mask = params.template_brain_mask
@@ -386,8 +347,35 @@ def _entry_files(params: RegisterParams, volume: Volume) -> dict[str, str]:
     return {TRANSFORM_FILE: itk_transform_text(volume.applied.template_to_subject)}
 
 
+# What the QC report shows of this stage: how well the scan fits the template, and what
+# the fit says of the head (its size and receive field, whether it was skull-stripped).
+_QC = StageQC(
+    metrics=(
+        QCMetric("registration_similarity", "reg. similarity",
+                 "correlation of the registered scan with the template inside its brain",
+                 key="similarity", better="higher", column=True),
+        QCMetric("registration_overlap", "reg. overlap",
+                 "share of the template's brain covered by the registered scan",
+                 key="overlap", better="higher"),
+        QCMetric("head_scale", "head size",
+                 "size of the brain relative to the template's (the cube root of the "
+                 "registration's affine determinant; adults 0.82-1.18x MNI)",
+                 key="head_scale", unit="x template", judge="none", column=True),
+        QCMetric("bias_ratio", "bias field",
+                 "largest over smallest value of the receive field the registration "
+                 "divided out (N4, estimated on the 8 mm level)",
+                 key="bias_ratio", better="lower", judge="high"),
+        QCMetric("skull_stripped", "skull-stripped",
+                 "1 when no scalp lies where a head's scalp would be: the input was "
+                 "brain-extracted", key="skull_stripped", judge="none"),
+    ),
+    readings={TEMPLATE_TO_SUBJECT: lambda m: m.get("template_to_subject"),
+              REFUSAL_CAUSES: lambda m: [m["failure"]] if m.get("failure") else []},
+)
+
+
 @stage("register", RegisterParams, template_fields=("template", "template_brain_mask"),
-       hands_over_transform=True, entry_meta=_entry_meta, entry_files=_entry_files)
+       hands_over_transform=True, entry_meta=_entry_meta, entry_files=_entry_files, qc=_QC)
 def register(volume: Volume, params: RegisterParams) -> StageOutput:
     """Estimate the template-to-subject transform (rigid by default); hand it to
     resample.

@@ -29,6 +29,7 @@ from mriprep.core.limits import FLOAT16_MAX
 from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import foreground_mask, percentiles
+from mriprep.stages.qc_declaration import FILLED_COUNTS, InvalidCause, QCMetric, StageQC
 
 
 # A local-fill estimate is trusted once the Gaussian weights of known neighbours sum to
@@ -334,7 +335,20 @@ def constant_level(data: np.ndarray, usable: np.ndarray) -> float | None:
     return float(lowest) if lowest == highest else None
 
 
-@stage("sanitize", SanitizeParams, inherits=("output_dtype",))
+# What the QC report shows of this stage: the voxels it replaced, coloured "filled".
+_QC = StageQC(
+    metrics=(QCMetric("filled_voxels", "filled",
+                      "NaN, Inf and extreme voxels the sanitize stage replaced",
+                      key="replaced", unit="voxels", better="lower", judge="high",
+                      column=True),),
+    causes=(InvalidCause("filled", "NaN, Inf or extreme value, filled by sanitize",
+                         "#ff00ff", "magenta", not_finite_input=True),),
+    readings={FILLED_COUNTS: lambda m: {k: m.get(k) for k in ("nan", "posinf", "neginf",
+                                                               "extreme")}},
+)
+
+
+@stage("sanitize", SanitizeParams, inherits=("output_dtype",), qc=_QC)
 def sanitize(volume: Volume, params: SanitizeParams) -> StageOutput:
     """Count and fill NaN, +/-Inf and extreme voxels; mark them invalid.
 

@@ -28,21 +28,11 @@ A compressed tensor (``.b2nd``, :mod:`mriprep.cache.formats`) decodes only the c
 axis-0 slices the item touches, then is copied (and cast) into the batch tensor the same
 way; ``make bench`` (storage) measures what that costs against the ``.npy``.
 
-The read path decides the speed. Copying one 35 MB template-sized volume out of the page
-cache, on the 2-core machine this was written on:
-
-* into a fresh torch tensor: ~1.0-1.8 GB/s, as every 4 KiB page faults on first touch;
-  into a fresh shared-memory tensor (what a process worker must send): ~0.6-1.2 GB/s.
-  That is the ~1 GB/s of ``torch.load`` on MONAI's pickles, whatever else is optimised;
-* into a *reused* buffer, from the memory map or with ``readinto``: 3-8 GB/s (memory
-  copy speed; the two are equal within noise, so the memory map stays).
-
-``benchmarks/bench_loader.py`` (8 volumes, batch 2, 2 workers, warm page cache, best of
-3 rounds on the busy 2-core machine) measured: this module's threads backend 3.4 GB/s,
-4.7x MONAI's PersistentDataset (0.72 GB/s with torch's DataLoader, 0.45 GB/s with its
-ThreadDataLoader) and 59% of the ceiling (2 threads ``readinto`` reused buffers, 5.7 GB/s);
-the processes backend 0.74 GB/s; patch mode 96^3 1.5 GB/s, each patch mapping 9.5 MB of
-its 43 MB volume's pages.
+The read path decides the speed: a copy into fresh memory (a new tensor, or the
+shared-memory tensor a process worker must send) pays a page fault for every 4 KiB page
+and runs several times slower than a copy into a *reused* buffer, from the memory map or
+with ``readinto`` (the two equal, so the memory map stays). Measured:
+``benchmarks/bench_loader.py``; docs/benchmarks.md, "Reading for training".
 
 So the default backend, ``"threads"``, reads whole batches from a small pool of threads
 (the copies release the GIL) into reused buffers: on a CUDA machine, buffers from torch's

@@ -35,9 +35,10 @@ class BufferPool:
     A tensor from :meth:`allocate` wraps a numpy array the pool keeps; the tensor's storage
     holds a reference to that array, and so does every view of it. When the reference
     count of the array is back to the pool's own, no batch, view or item uses it any more
-    and it can be overwritten. Reuse avoids the page faults of fresh memory (4 KiB each,
-    the difference between ~1 and ~5 GB/s). Beyond ``max_free`` buffers of one shape
-    the pool allocates without keeping, so a caller that holds every batch leaks nothing.
+    and it can be overwritten. Reuse avoids the page faults of fresh memory (4 KiB each;
+    what that costs: docs/benchmarks.md, "Reading for training"). Beyond ``max_free``
+    buffers of one shape the pool allocates without keeping, so a caller that holds every
+    batch leaks nothing.
     """
 
     def __init__(self, max_free: int = 16):
@@ -110,8 +111,8 @@ def collate(items: list[dict]) -> dict[str, Any]:
 def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     """``np.copyto(dst, src, casting="same_kind")``: a tensor read from the cache into
     its place in a batch. float16 (a float16 cache's images) goes through torch, whose
-    cast is vectorised: NumPy's float16 to float32 cast ran at 3 GB/s, torch's at 13 on
-    the 2-core machine, which made it a third of reading a compressed volume. A read-only
+    cast is vectorised and several times faster than NumPy's (docs/benchmarks.md,
+    "Reading for training"). A read-only
     source (a memory-mapped ``.npy``) stays with NumPy: torch would warn for it."""
     if src.dtype == np.float16 and dst.dtype == np.float32 and src.flags.writeable:
         torch.from_numpy(dst).copy_(torch.from_numpy(src))

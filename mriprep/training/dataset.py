@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from mriprep.cache import Cache, IndexEntry
-from mriprep.cache.formats import decode_into, open_tensor
+from mriprep.cache.formats import format_of, open_tensor
 from mriprep.core.errors import CacheError
 from mriprep.training.buffers import (
     Allocator,
@@ -380,10 +380,9 @@ class MRIDataset(Dataset):
         return {"subject_id": ref.subject_id, "session_id": ref.session_id}
 
     def _read_volume(self, entry: int, seed: int, out: dict, j: int) -> dict:
-        for name, dst in out.items():
-            stored = self._map(entry, name)
-            if isinstance(stored, np.ndarray) or not decode_into(stored, dst[j, 0], copy_into):
-                copy_into(dst[j, 0], stored[...])
+        for name, dst in out.items():  # the format decodes the volume into the batch
+            fmt = format_of(self.cache.entry_file(self.entries[entry], name))
+            fmt.decode_into(self._map(entry, name), dst[j, 0], copy_into)
         return {**self._identity(entry), "affine": self.affines[entry]}
 
     def _read_patch(self, index: int, seed: int, out: dict, j: int) -> dict:

@@ -18,17 +18,26 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
 
 from mriprep.cache.formats import read_tensor
 
-if TYPE_CHECKING:
-    from mriprep.training.dataset import MRIDataset
-
 _TENSORS = ("image", "valid", "label")
+
+
+class CachedSplit(Protocol):
+    """What :func:`torchio_subjects` reads of a dataset: an
+    :class:`~mriprep.training.dataset.MRIDataset` (a protocol, so that the dataset, which
+    uses this module, is not imported by it)."""
+
+    cache: Any
+    entries: Sequence[Any]
+    affines: Sequence[Any]
+    shapes: Sequence[tuple[int, ...]]
+    labels: bool
 
 
 def patch_affine(affine: np.ndarray, start) -> np.ndarray:
@@ -127,7 +136,7 @@ def _plain(tensor) -> torch.Tensor:
     return as_tensor() if as_tensor is not None else tensor
 
 
-def torchio_subjects(dataset: "MRIDataset", transform=None):
+def torchio_subjects(dataset: CachedSplit, transform=None):
     """The dataset's entries as a ``torchio.SubjectsDataset`` of lazily read Subjects.
 
     What ``torchio.Queue`` takes: each Subject holds ``image`` (``ScalarImage``),

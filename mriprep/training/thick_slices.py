@@ -27,7 +27,6 @@ slices. Items per second both ways: docs/benchmarks.md (fastsurfer).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -39,6 +38,7 @@ from torch.utils.data import Dataset
 from mriprep.cache import Cache
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import CacheError, InputError
+from mriprep.core.hashing import sha256_hex
 from mriprep.training.labels.slices import as_view, kept_slices, thick_slice
 from mriprep.training.labels.subject import derive
 from mriprep.training.labels.table import LabelTable
@@ -125,7 +125,7 @@ class ThickSliceDataset(Dataset):
 
     def _options_hash(self) -> str:
         text = f"{self.table.hash()}{self.weights!r}".encode()
-        return hashlib.sha256(text).hexdigest()[:16]
+        return sha256_hex(text)[:16]
 
     def _remember(self, e: int, arrays: dict[str, np.ndarray]) -> None:
         self._memory[e] = arrays

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mriprep.cache import Cache, IndexEntry
+from mriprep.cache.formats import format_for
 from mriprep.core.errors import CacheError
 from mriprep.core.hashing import checksum_file
 
@@ -54,13 +55,12 @@ def test_flipped_byte_or_truncation_fails_verification(tmp_path, brain):
 @pytest.mark.parametrize("compression", ["none", "lz4"])
 def test_a_full_disk_leaves_no_entry_and_says_how_much_space(tmp_path, brain, monkeypatch,
                                                              compression):
-    import mriprep.cache.store as store
-
     data, affine = brain
     cache = Cache(tmp_path / "c", create=True)
     key = key_of("sub-01")
     written = []
-    real = np.save if compression == "none" else store.write_compressed
+    fmt = format_for(compression)
+    real = fmt.write
 
     def write_then_fill_the_disk(*args, **kwargs):
         if written:  # the second tensor finds the disk full
@@ -68,10 +68,7 @@ def test_a_full_disk_leaves_no_entry_and_says_how_much_space(tmp_path, brain, mo
         written.append(True)
         real(*args, **kwargs)
 
-    if compression == "none":
-        monkeypatch.setattr(np, "save", write_then_fill_the_disk)
-    else:
-        monkeypatch.setattr(store, "write_compressed", write_then_fill_the_disk)
+    monkeypatch.setattr(fmt, "write", write_then_fill_the_disk)
     with pytest.raises(CacheError, match="no space left") as err:
         cache.write_entry(key, tensors_of(data), meta_of("sub-01", data, affine),
                           compression=compression)

@@ -1,4 +1,5 @@
-"""Tests of mriprep.core.findings: one severity, and the JSON form `--json` prints."""
+"""Tests of mriprep.core.findings: registered codes, their severity, and the JSON form
+`--json` prints."""
 
 from __future__ import annotations
 
@@ -7,25 +8,49 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mriprep.core.findings import Finding, FindingsMixin, Severity, named
+from mriprep.core.finding_codes import CODES, Severity
+from mriprep.core.findings import (
+    Finding,
+    FindingsMixin,
+    UnknownFindingCode,
+    close_codes,
+    named,
+    registered,
+)
 
 
-def test_severity_is_a_plain_string_in_json_whichever_way_it_was_given():
-    given_as_text = Finding("error", "split-missing", "1 scan has no split", ("line 2",), ("s",))
-    given_as_member = Finding(
-        Severity.ERROR, "split-missing", "1 scan has no split", ("line 2",), ("s",)
-    )
-    assert given_as_text == given_as_member and given_as_text.severity is Severity.ERROR
-    assert json.dumps(given_as_member.to_json()) == (
+def test_severity_comes_from_the_registry_and_is_a_plain_string_in_json():
+    error = Finding("split-missing", "1 scan has no split", ("line 2",), ("s",))
+    warning = Finding("near-duplicate", "close")
+    assert error.severity is Severity.ERROR and warning.severity is Severity.WARNING
+    assert json.dumps(error.to_json()) == (
         '{"severity": "error", "code": "split-missing", "message": "1 scan has no split", '
         '"keys": ["line 2"], "subjects": ["s"]}'
     )
-    assert f"{given_as_member.severity}" == "error"
+    assert f"{error.severity}" == "error" and error.severity == "error"
 
 
-def test_an_unknown_severity_is_refused():
-    with pytest.raises(ValueError, match="'fatal' is not a valid Severity"):
-        Finding("fatal", "code", "message")
+def test_an_unregistered_code_is_refused_with_the_codes_it_may_mean():
+    with pytest.raises(UnknownFindingCode, match=r"'identity-leek' is not registered "
+                       r"\(close: identity-leak.*finding_codes.py"):
+        Finding("identity-leek", "message")
+    with pytest.raises(UnknownFindingCode, match=r"'fatal' is not registered; add it"):
+        registered("fatal")
+    assert close_codes("file-mising")[0] == "file-missing"
+    assert close_codes("nothing like a code") == []
+
+
+def test_the_severity_cannot_be_given_at_a_call_site():
+    with pytest.raises(TypeError):
+        Finding("geometry", "bad", severity=Severity.WARNING)  # type: ignore[call-arg]
+
+
+def test_every_registered_code_is_explained_in_one_line():
+    for code, record in CODES.items():
+        assert record.code == code and isinstance(record.severity, Severity)
+        for text in (record.meaning, record.fix):
+            assert text.strip() == text and text and "\n" not in text, code
+        assert record.found_by and set(record.found_by) <= {"check", "cache verify", "splits"}
 
 
 def test_a_report_is_ok_with_warnings_only():
@@ -33,9 +58,9 @@ def test_a_report_is_ok_with_warnings_only():
     class Report(FindingsMixin):
         findings: list[Finding] = field(default_factory=list)
 
-    report = Report([Finding("warning", "near-duplicate", "close")])
+    report = Report([Finding("near-duplicate", "close")])
     assert report.ok and report.errors == [] and len(report.warnings) == 1
-    report.findings.append(Finding(Severity.ERROR, "geometry", "bad"))
+    report.findings.append(Finding("geometry", "bad"))
     assert not report.ok and [f.code for f in report.errors] == ["geometry"]
 
 

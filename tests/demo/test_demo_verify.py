@@ -15,7 +15,7 @@ from mriprep.demo.verify import (
     target_registration_error,
     verify_demo_run,
 )
-from mriprep.run.result import SubjectResult
+from mriprep.cache.run_report import SubjectResult
 from mriprep.stages.registration.template import template_brain_points as brain_points_mm
 
 

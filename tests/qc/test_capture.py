@@ -8,8 +8,14 @@ import numpy as np
 
 from mriprep.inputs.readers import load_volume
 from mriprep.pipelines import pipeline_from_dict
-from mriprep.qc.capture import ARTIFACT, FILLED, INCOMPLETE, Capture
-from mriprep.run.subject import run_stages
+from mriprep.pipelines.execute import run_stages
+from mriprep.qc.capture import Capture
+from mriprep.qc.causes import cause_codes
+
+# The codes of the causes sanitize and mask_slices declare.
+CODES = cause_codes()
+FILLED, INCOMPLETE, ARTIFACT = (CODES["filled"], CODES["incomplete slice"],
+                                CODES["artifact slice"])
 
 SAME_GRID = pipeline_from_dict({"name": "qc_capture", "output_dtype": "float32", "stages": [
     {"reorient": {"orientation": "RAS"}}, "sanitize", {"mask_slices": {"fill": "neighbours"}},

@@ -40,9 +40,9 @@ def _share_of_colour(jpeg: bytes, colour: str) -> float:
 
 
 def test_planted_defects_are_drawn_in_their_colours(demo_cache):
-    from mriprep.qc.mosaic import CAUSES
+    from mriprep.qc.causes import cause_table
 
-    colour = {name: c for name, _, c, _ in CAUSES.values()}
+    colour = {cause.name: cause.colour for cause in cause_table().values()}
     expected = {"sub-02": "filled", "sub-05": "incomplete slice", "sub-04": "artifact slice"}
     for subject, cause in expected.items():
         key, qc = _qc_of(demo_cache.path, subject)

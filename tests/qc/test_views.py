@@ -101,9 +101,11 @@ def test_boolean_sampling_stays_boolean_and_outside_reads_fill():
 
 
 def test_each_defect_gets_its_own_tile():
-    from mriprep.qc.capture import ARTIFACT, FILLED, CauseLayer
+    from mriprep.qc.capture import CauseLayer
+    from mriprep.qc.causes import cause_codes
     from mriprep.qc.subject import _focus
 
+    FILLED, ARTIFACT = cause_codes()["filled"], cause_codes()["artifact slice"]
     causes = np.zeros((60, 60, 60), np.uint8)
     causes[:, :, 10] = ARTIFACT  # two artifact slices 40 mm apart
     causes[:, :, 50] = ARTIFACT

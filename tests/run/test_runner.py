@@ -35,7 +35,7 @@ from mriprep.inputs.templates import load_mni152_tissue, load_template
 from mriprep.pipelines import load_pipeline
 from mriprep.run.cohort import cohort_rows, run_cohort
 from mriprep.run.progress import ProgressReporter
-from mriprep.run.result import SubjectResult
+from mriprep.cache.run_report import SubjectResult
 from mriprep.run.scheduling import connect
 from mriprep.stages import StageOutput, stage
 

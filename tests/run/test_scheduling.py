@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from mriprep.run.scheduling import THREAD_ENV_VARS, local_client, worker_env
+from mriprep.run.scheduling import local_client
+from mriprep.run.worker_setup import THREAD_ENV_VARS, worker_env
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -28,7 +29,7 @@ def test_configure_worker_turns_off_huge_pages_in_a_running_process():
     # off at run time.
     script = textwrap.dedent("""
         import os, numpy as np
-        from mriprep.run.scheduling import configure_worker
+        from mriprep.run.worker_setup import configure_worker
         core = getattr(np, "_core", None) or np.core
         set_madvise = core.multiarray._set_madvise_hugepage  # returns the old setting
         set_madvise(True)
@@ -45,7 +46,7 @@ def _page_faults_per_round() -> list[int]:
     free two 256^3 float32 grids (a subject's worth of churn)."""
     import numpy as np
 
-    from mriprep.run.scheduling import configure_worker
+    from mriprep.run.worker_setup import configure_worker
 
     configure_worker(1)
     faults = []
@@ -91,7 +92,7 @@ def test_dask_env_vars_set_the_same_config_in_a_process_started_elsewhere():
     import json
     import os
 
-    from mriprep.run.scheduling import QUIET_DASK_CONFIG, dask_env_vars
+    from mriprep.run.worker_setup import QUIET_DASK_CONFIG, dask_env_vars
 
     script = ("import dask, json, sys; "
               "print(json.dumps({k: dask.config.get(k) for k in json.loads(sys.argv[1])}))")

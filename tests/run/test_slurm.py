@@ -25,7 +25,7 @@ from mriprep.core.errors import SchedulerError
 from mriprep.pipelines import load_pipeline
 from mriprep.run.cohort import cohort_rows, run_cohort
 from mriprep.run.progress import ProgressReporter
-from mriprep.run.scheduling import QUIET_DASK_CONFIG, dask_env_vars, worker_env
+from mriprep.run.worker_setup import QUIET_DASK_CONFIG, dask_env_vars, worker_env
 from mriprep.run.slurm import JobStatus, SlurmProfile, load_slurm_profile
 from mriprep.run.slurm.cluster import _import_slurm_cluster, cluster_options
 from mriprep.run.slurm.profile import walltime_seconds

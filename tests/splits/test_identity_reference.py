@@ -1,5 +1,5 @@
 """The shipped identity reference population (mriprep/splits/identity_reference.npz) is
-the one recorded, made by mriprep.splits.reference_build's recipe, and fits the grid and
+the one recorded, made by mriprep.demo.identity_reference's recipe, and fits the grid and
 descriptors the check makes."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from mriprep.splits.reference import (
     reference_from_arrays,
     reference_sha256,
 )
-from mriprep.splits.reference_build import REFERENCE_PEOPLE, REFERENCE_PIPELINE, REFERENCE_SEED
+from mriprep.demo.identity_reference import REFERENCE_PEOPLE, REFERENCE_PIPELINE, REFERENCE_SEED
 
 
 def test_shipped_reference_is_the_recorded_file():
     # A changed file is a changed threshold calibration: rebuild it with
-    # `python -m mriprep.splits.reference_build`, rerun `make bench` (identity) and
+    # `python -m mriprep.demo.identity_reference`, rerun `make bench` (identity) and
     # record both its new SHA-256 and the measured distributions.
     assert reference_sha256() == REFERENCE_SHA256, REFERENCE_PATH
 

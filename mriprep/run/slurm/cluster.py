@@ -1,9 +1,9 @@
 """A dask-jobqueue ``SLURMCluster`` with the worker settings mriprep's results depend on.
 
 Each job runs one dask worker process with one task thread, as a local worker does, and
-starts with the same environment (:func:`mriprep.run.scheduling.worker_env`: ITK, ANTs
+starts with the same environment (:func:`mriprep.run.worker_setup.worker_env`: ITK, ANTs
 and BLAS pinned to the run's thread count, the allocator settings, NumPy's huge pages
-off) and the same slowed diagnostics (:data:`~mriprep.run.scheduling.QUIET_DASK_CONFIG`,
+off) and the same slowed diagnostics (:data:`~mriprep.run.worker_setup.QUIET_DASK_CONFIG`,
 as ``DASK_*`` variables). The job asks Slurm for as many CPUs as the worker has ITK
 threads. So a subject's tensors do not depend on where it ran: the Slurm test checks
 them byte for byte against a local run.
@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 
 from mriprep.core.errors import SchedulerError
-from mriprep.run.scheduling import QUIET_DASK_CONFIG, dask_env_vars, worker_env
+from mriprep.run.worker_setup import QUIET_DASK_CONFIG, dask_env_vars, worker_env
 from mriprep.run.slurm.profile import WALLTIME_MARGIN_S, SlurmProfile
 
 # Every run names its jobs mriprep-<8 hex>: the sweep on leaving cancels exactly its own.

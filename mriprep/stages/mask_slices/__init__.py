@@ -13,13 +13,10 @@ Two families of bad slices, both real scanner failures:
   axis, and along every axis when the volume is isotropic and the acquisition axis is
   unknown.
 
-Measured on the calibration set (:mod:`mriprep.demo.calibration`: four synthetic people
-and three real Colin27 scans, each at 3 and 5 mm in axial, coronal and sagittal slicing,
-straight and tilted by 20 degrees, fields of view cut at the vertex and the neck;
-``make bench`` prints it, ``benchmarks/bench_slices.py``): no false positive in 40,688
-clean slices of 84 scans, and 81/84 spikes (x2.5-4), 81/84 dropouts (x0.4-0.6), 84/84
-zero-filled and 82/84 half zero-filled slices found in the bulk of the head
-(cross-section at least half the largest).
+The limits are set on the calibration set (:mod:`mriprep.demo.calibration`: thick-slice
+scans of synthetic people and Colin27 in every slicing, with planted bad slices); what
+the stage finds and misses there: ``make bench`` (``benchmarks/bench_slices.py``);
+docs/benchmarks.md, "Slice masking".
 
 The work is done one topic per module: :mod:`~mriprep.stages.mask_slices.incomplete`
 finds incomplete slices and :mod:`~mriprep.stages.mask_slices.artifacts` scores and flags
@@ -45,6 +42,7 @@ from mriprep.stages.mask_slices.artifacts import AxisFindings, score_axis
 from mriprep.stages.mask_slices.incomplete import find_incomplete
 from mriprep.stages.mask_slices.lattice import scoring_lattice, slice_stack
 from mriprep.stages.mask_slices.statistics import prepare, slice_profiles
+from mriprep.stages.qc_declaration import FLAGGED_SLICES, InvalidCause, QCMetric, StageQC
 
 
 @dataclass(frozen=True)
@@ -147,7 +145,41 @@ def fill_from_neighbours(data: np.ndarray, axis: int, flagged: list[int]) -> np.
     return out
 
 
-@stage("mask_slices", MaskSlicesParams)
+def _slices_by_cause(metrics, shape) -> dict[str, np.ndarray]:
+    """Where the incomplete and the artifact slices lie, from the slice lists this
+    stage records per axis (``axis_<i>``: ``incomplete`` and ``artifact``)."""
+    where = {"incomplete slice": np.zeros(shape, bool), "artifact slice": np.zeros(shape, bool)}
+    for axis in range(len(shape)):
+        found = metrics.get(f"axis_{axis}", {})
+        for kind, cause in (("incomplete", "incomplete slice"), ("artifact", "artifact slice")):
+            for index in found.get(kind, {}):
+                np.moveaxis(where[cause], axis, 0)[int(index)] = True
+    return where
+
+
+def _flagged_by_axis(metrics) -> dict[int, list[int]]:
+    return {int(name.rpartition("_")[2]): list(found.get("flagged", []))
+            for name, found in metrics.items()
+            if name.startswith("axis_") and isinstance(found, dict)}
+
+
+# What the QC report shows of this stage: how many slices it masked, and which ones, in
+# two colours by cause.
+_QC = StageQC(
+    metrics=(QCMetric("masked_slices", "masked slices",
+                      "incomplete and artifact slices the mask_slices stage masked",
+                      key="n_flagged", unit="slices", better="lower", judge="high",
+                      column=True),),
+    causes=(InvalidCause("incomplete slice", "zero-filled, constant or cut slice, masked",
+                         "#ff9900", "orange"),
+            InvalidCause("artifact slice", "spike, dropout or motion slice, masked",
+                         "#00e5ff", "cyan")),
+    locate_causes=_slices_by_cause,
+    readings={FLAGGED_SLICES: _flagged_by_axis},
+)
+
+
+@stage("mask_slices", MaskSlicesParams, qc=_QC)
 def mask_slices(volume: Volume, params: MaskSlicesParams) -> StageOutput:
     """Flag incomplete and artifact slices; mark them invalid and optionally fill them.
 

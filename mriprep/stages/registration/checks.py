@@ -4,7 +4,8 @@ One threshold on one similarity cannot separate good registrations of other peop
 failures: a real head correlates with an average template less than the template's own
 copies do, and a scan rotated by 90 degrees in its header can still correlate a little.
 So the register stage measures several things, each named, each with a limit set from
-its measured distribution on the calibration set (``make bench`` prints them):
+its measured distribution on the calibration set, written where the limit is defined
+(``make bench`` prints them; docs/benchmarks.md, "failure detection"):
 
 ``head_length_mm``
     The length of the head (or brain) in the image, its largest principal extent,
@@ -13,8 +14,8 @@ its measured distribution on the calibration set (``make bench`` prints them):
 ``head_scale``, ``head_axis_scales``
     The size of the registered brain relative to the template's: the fit's isotropic
     scale (the cube root of its determinant) and its sizes along the fit's principal
-    axes. Adults span about 0.82-1.18x MNI size, and their proportions differ by about
-    15%; a head shrunk to half, or a header whose voxel sizes are off, lies far outside.
+    axes. Adults differ in size and proportions within a known range; a head shrunk to
+    half, or a header whose voxel sizes are off, lies far outside.
 ``search_best_ncc``
     How well the template brain correlates with the scan at the best orientation and
     position of the global search (:mod:`mriprep.stages.registration.search`): nothing that
@@ -22,12 +23,13 @@ its measured distribution on the calibration set (``make bench`` prints them):
 ``overlap``
     The share of the template brain that lands on valid voxels of the scan, the brain
     placed rigidly where the fit puts it (as the default output places it). Whole heads,
-    the vertex or chin cut off included, keep 0.99-1.0; slabs and a top third 0.37-0.61.
+    the vertex or chin cut off included, keep nearly all of it; slabs and a top third
+    lose much of it.
 ``similarity``
     The correlation of template and registered scan over the template brain, at the
     fit's size and shape, on 2 mm grids, bias fields divided out. Other people's T1
-    scans: 0.62-0.83; noise, phantoms, slabs and wrong poses below 0.35; inverted
-    (T2-like) contrast near or below 0.
+    scans score well above noise, phantoms, slabs and wrong poses; inverted (T2-like)
+    contrast scores near or below 0.
 ``rotation_deg``
     How far the registration turned the scan from its header's orientation. Heads lie
     in scanners within about 30 degrees of upright; a header that is wrong by a quarter

@@ -84,13 +84,15 @@ class RegisterParams:
         level ranks by mutual information; the best goes on.
     min_similarity : float
         A registration whose post-check correlation (template vs registered subject over
-        the template brain) falls below this fails the subject.
+        the template brain) falls below this fails the subject. Measured: good scans
+        0.63-0.83, failures -0.01-0.24 (docs/benchmarks.md, "failure detection").
     min_overlap : float
         Share of the template brain that must land on valid voxels of the registered
-        subject.
+        subject. Measured: good scans 0.998-1, failures 0.37-0.62 (same run).
     max_rotation_deg : float
         A registration that turns the scan further from its header's orientation fails
         it: the header is wrong (heads lie within about 30 degrees of upright).
+        Measured: good scans 3.6-23.5 degrees, header errors 81-178 (same run).
     min_head_length_mm, max_head_length_mm : float
         Plausible lengths of a human head or brain in the image (its largest principal
         extent), checked before registration.
@@ -100,7 +102,8 @@ class RegisterParams:
         ``head_scale`` metric).
     min_search_ncc : float
         An image in which the template brain correlates less than this with the scan at
-        every orientation and position of the search holds no brain.
+        every orientation and position of the search holds no brain. Measured: good
+        scans 0.55-0.84, failures 0.23-0.48 (same run).
     """
 
     backend: Literal["sitk", "ants"] = "sitk"

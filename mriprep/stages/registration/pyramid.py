@@ -174,8 +174,8 @@ def resample_axes(array: np.ndarray, scale, offset, shape) -> np.ndarray:
     along each axis, edges extended (scipy's ``mode="nearest"``).
 
     Every map between levels is diagonal (the levels keep the input's axes), so the
-    interpolation runs one axis at a time: 5-6 times faster than
-    ``ndimage.affine_transform`` on a 2 mm head, equal to it within float32 rounding.
+    interpolation runs one axis at a time: faster than ``ndimage.affine_transform``
+    (docs/benchmarks.md, "Registration"), equal to it within float32 rounding.
     """
     out = np.asarray(array, dtype=np.float32)
     for axis, (n_out, a, b) in enumerate(zip(shape, np.broadcast_to(scale, 3),

@@ -12,9 +12,9 @@ inside both the template brain and the subject's valid field of view.
 
 The search runs on smoothed intensities without bias flattening: at 8 mm, flattening
 removes the large-scale pattern (white-matter core, darker cortex and ventricles) that
-tells orientations apart. Measured on the calibration set (``make bench``): the right
-orientation scores 0.58-0.84 on good scans, the best wrong one 0.46-0.62; the local
-registration then ranks the best few by mutual information, where the margin is wide.
+tells orientations apart. The right orientation and the best wrong one score close
+(docs/benchmarks.md, "Registration"), so the local registration then ranks the best few
+by mutual information, where the margin is wide.
 
 Adult heads differ in size by about 15% either way, which the 24 orientations alone
 cannot absorb: the best orientation and its tilts are then tried at several sizes of

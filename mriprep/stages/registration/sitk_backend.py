@@ -5,28 +5,22 @@ The fit has two parts:
 
 1. **The pose**, rigidly (Euler3D, 6 parameters, Mattes mutual information) on every
    level, the finest included, from a start that already holds the search's estimate
-   of the head's size. Without the finest level's rigid pass registration was as
-   consistent on the calibration set (and, in 0.3.0, 1.3-1.5 s a scan faster; the pass
-   now costs ~0.15 s), but a demo scan (0.9x0.9x5 mm coronal, flipped storage, a
-   dropout slice) whose coarse pass does not converge landed 3.7 mm from its truth
-   (1.4 mm with it).
+   of the head's size. The finest level's rigid pass is cheap, and without it a scan
+   whose coarse pass does not converge lands millimetres from its truth.
 2. **The head's size and shape**, a 12-parameter affine (ITK's ``AffineTransform``) on
    every level over the brain's interior (``shape_fixed``), started from the pose, with
-   the correlation of the two images as its metric. Adults' heads differ in size by
-   about 15% either way and in their proportions (length, width, height) by about 10%:
-   another person's brain overlaps the template's only at its own size and shape, which
-   is what the checks judge. On the finest level alone, a head of proportions
-   (0.9, 1.15, 0.88) took 142 iterations and 3.9 s to reach its size (with a tenth of
-   the level sampled, it stopped 6-9% short); from the coarse level's fit, 15
-   iterations on the finest (0.5 s for both levels), within 1% of its sizes.
+   the correlation of the two images as its metric. Adults' heads differ in size and in
+   their proportions: another person's brain overlaps the template's only at its own
+   size and shape, which is what the checks judge. Every level, not the finest alone:
+   started from the coarse level's fit, the finest needs a few iterations.
 
 Why these metrics: both images are T1-weighted and bias-flattened when the affine part
 runs, so their voxels relate linearly, and correlation is what the checks' similarity
-measures. With Mattes MI the 12 parameters collapsed one axis of good scans (singular
-values down to 0.12, similarity from 0.80 down to 0.03), and a 7-parameter similarity
-pass between the two parts ran off from the rigid pose (to 176 degrees on a synthetic
-person when it followed the coarse level alone). A rigid pose, then the affine by
-correlation, lands every case measured (docs/benchmarks.md, section "registration").
+measures. With Mattes MI the 12 parameters collapsed one axis of good scans, and a
+7-parameter similarity pass between the two parts ran off from the rigid pose. A rigid
+pose, then the affine by correlation, lands every case measured.
+
+Measured (these choices and their alternatives): docs/benchmarks.md, "Registration".
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The template side of registration: its brain mask, brain points, pyramid and the
 orientation search's windows.
 
-All are read-only and cached per process (MNI152's pyramid takes ~0.8 s).
+All are read-only and cached per process (MNI152's pyramid is built once: its time is in
+docs/benchmarks.md, "Registration").
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ def _brain_levels(brain: np.ndarray, affine: np.ndarray, levels: tuple[float, ..
 
 def mask_centroid(mask: np.ndarray) -> np.ndarray:
     """The mean voxel index of a non-empty boolean mask, as ``ndimage.center_of_mass``
-    gives it, from per-axis counts (a fifth of its time on a 1 mm grid)."""
+    gives it, from per-axis counts (faster: docs/benchmarks.md, "Registration")."""
     total = np.count_nonzero(mask)
     centre = []
     for axis in range(mask.ndim):

@@ -16,13 +16,14 @@ Snapping onto the input's lattice (a design decision)
     voxels invalid with data 0 and label 0. Centring a 256^3 grid on a field of view of
     the other shape parity puts every output voxel half a voxel between two input
     voxels, and linear interpolation there averages neighbours: it would blur an
-    already-conformed 1 mm scan for no gain, cost ~0.3 s per subject, and lose
-    exactness. The snap moves the grid by at most half a voxel per axis (recorded as
-    ``grid_shift_mm``, along each output voxel axis), a shift FastSurfer's own conform
-    would have interpolated; MONAI's Spacingd no-op plus ResizeWithPadOrCrop crops and
-    pads the same way. The output affine is the input's, translated by whole voxels, so
-    each copied voxel keeps its world position exactly. Any other case (a registration,
-    a change of spacing, oblique target axes) takes the interpolating paths unchanged.
+    already-conformed 1 mm scan for no gain, cost time (docs/benchmarks.md, "Stage
+    timings"), and lose exactness. The snap moves the grid by at most half a voxel per
+    axis (recorded as ``grid_shift_mm``, along each output voxel axis), a shift
+    FastSurfer's own conform would have interpolated; MONAI's Spacingd no-op plus
+    ResizeWithPadOrCrop crops and pads the same way. The output affine is the input's,
+    translated by whole voxels, so each copied voxel keeps its world position exactly.
+    Any other case (a registration, a change of spacing, oblique target axes) takes the
+    interpolating paths unchanged.
 """
 
 from __future__ import annotations

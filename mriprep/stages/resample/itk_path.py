@@ -1,8 +1,8 @@
 """The rotating path: SimpleITK's resampler for trilinear images and nearest labels.
 
 Rotating maps, trilinear, nearest labels (every registered subject)
-    SimpleITK's resampler evaluates image, invalid-voxel weight and nearest label (one
-    thread: 0.28 s against 0.9 s for ``map_coordinates`` on a registered 1 mm head); the
+    SimpleITK's resampler evaluates image, invalid-voxel weight and nearest label, in
+    about a third of ``map_coordinates``' time (docs/benchmarks.md, "Stage timings"); the
     field of view is found row by row (along a row each input coordinate is linear in
     the last index), so no per-voxel coordinates are built. On the demo cohort the
     output equals the general path's: validity and labels identical, image within 1e-8
@@ -77,7 +77,7 @@ def resample_linear_itk(
     """:func:`~mriprep.stages.resample.general.resample_arrays` for a rotating map,
     trilinear images and nearest labels, with SimpleITK's resampler: no per-voxel
     coordinate arrays, about a third of ``map_coordinates``' time on one thread
-    (0.9 s -> 0.3 s for a registered 1 mm head).
+    (docs/benchmarks.md, "Stage timings").
 
     The same rule as the general path: trilinear inside the field of view (1e-6 voxel
     tolerance), 0 and invalid outside it, invalid where invalid input voxels weigh more

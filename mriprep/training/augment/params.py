@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from mriprep.core.hashing import short_digest
 from mriprep.training.augment.config import AugmentConfig
 
 
@@ -75,7 +75,7 @@ def sample_id_of(parts) -> str:
 
 
 def sample_seed(seed: int, epoch: int, sample_id: str) -> np.random.SeedSequence:
-    digest = hashlib.blake2b(sample_id.encode(), digest_size=16).digest()
+    digest = short_digest(sample_id)
     words = np.frombuffer(digest, dtype=np.uint32).tolist()
     return np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(epoch), *words])
 

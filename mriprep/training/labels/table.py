@@ -21,8 +21,6 @@ permutation of a left-right mirror (for augmentation).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -31,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from mriprep.core.errors import InputError
+from mriprep.core.hashing import hash_json
 from mriprep.training.labels.aparc import prepare_labels
 from mriprep.training.labels.lut import Lut, read_lut
 
@@ -195,8 +194,7 @@ class LabelTable:
                 "combi": list(self.combi)}
 
     def hash(self) -> str:
-        text = json.dumps(self.describe(), sort_keys=True).encode()
-        return hashlib.sha256(text).hexdigest()
+        return hash_json(self.describe())
 
     @classmethod
     def from_description(cls, description: dict, source: str = "",

@@ -15,7 +15,7 @@ a fixed population, built here once and shipped as package data:
 * through ``t1w_mni_rigid``, fingerprinted by the check's own tensor pass.
 
 The file holds every person's descriptor, their mean and per-block spread, the grid
-they were made on, and the pipeline. Run ``python -m mriprep.splits.reference_build``
+they were made on, and the pipeline. Run ``python -m mriprep.demo.identity_reference``
 (about 10 minutes on 2 cores) to rebuild it; ``tests/splits/test_identity_reference.py``
 checks that the shipped file is the one recorded (its SHA-256) and fits this recipe.
 """
