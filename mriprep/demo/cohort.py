@@ -104,15 +104,15 @@ _RECIPES: list[_Recipe] = [
 _CLEAN_ACQUISITIONS = [_ISO, _AX3, _AX5_OBLIQUE, _COR3, _SAG3_VERTEX]
 DEFAULT_SUBJECTS = len(_RECIPES)
 
-# Defects that make a scan unservable, and the refusals that name them correctly, as
-# "stage.cause": the register stage's causes (mriprep.stages.registration.checks) or the
-# plausibility stage's checks (mriprep.stages.plausibility), which a slab meets first.
+# Defects that make a scan unservable, and the refusal causes that name them correctly:
+# what the failing stage declares its refusals name (registration's checks, or the input
+# plausibility checks, which a slab meets first), whichever stage refuses.
 _FAILING: dict[str, tuple[str, ...]] = {
     "dead_volume": (),
     "truncated_file": (),
-    "header_rotated": ("register.orientation",),
-    "not_t1": ("register.not_t1", "register.no_brain"),
-    "partial_fov": ("plausibility.head_size", "register.field_of_view"),
+    "header_rotated": ("orientation",),
+    "not_t1": ("not_t1", "no_brain"),
+    "partial_fov": ("head_size", "field_of_view"),
 }
 
 MAX_ROTATION_DEG = 10.0

@@ -152,9 +152,9 @@ def _outcome(name: str, scan: dict[str, Any], result: dict[str, Any]) -> Verdict
 
 
 def refusal_causes(result: SubjectResult) -> list[str]:
-    """What a failed subject's refusal names, as ``"stage.cause"``: the causes the
-    failing stage declares its refusal names (register's ``failure``, plausibility's
-    failed checks); none for a stage that declares none."""
+    """What a failed subject's refusal names: the causes the failing stage declares its
+    refusals name (registration's failure, the plausibility checks that failed); none
+    for a stage that declares none."""
     stage = result.stage
     metrics = (result.metrics or {}).get(stage) or {}
     declared = declared_stage(stage) if stage else None
@@ -162,7 +162,7 @@ def refusal_causes(result: SubjectResult) -> list[str]:
         if declared is not None and declared.qc is not None else None
     if reading is None or not isinstance(metrics, dict):
         return []
-    return [f"{stage}.{cause}" for cause in reading(metrics)]
+    return [str(cause) for cause in reading(metrics)]
 
 
 def _defect_verdict(name, scan, defect, metrics, findings, subjects) -> Verdict | None:
