@@ -42,8 +42,8 @@ from mriprep.core.errors import StageError  # noqa: E402
 from mriprep.core.volume import Volume  # noqa: E402
 from mriprep.demo.fastsurfer_conform import agreement, fastsurfer_conform  # noqa: E402
 from mriprep.inputs.readers import load_volume  # noqa: E402
-from mriprep.pipelines import load_pipeline  # noqa: E402
-from mriprep.run.subject import output_tensors, run_stages  # noqa: E402
+from mriprep.pipelines import load_pipeline, run_stages  # noqa: E402
+from mriprep.run.subject import output_tensors  # noqa: E402
 
 # Planted defects that change the image (the rest, a rescan or a leaked copy, do not).
 # FastSurfer is not expected to agree there: a NaN or 1e308 voxel breaks its range, a

@@ -49,10 +49,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mriprep.cache import Cache  # noqa: E402
 from mriprep.core.errors import MriprepError  # noqa: E402
 from mriprep.inputs.manifest import ManifestRow  # noqa: E402
-from mriprep.pipelines import Pipeline, load_pipeline  # noqa: E402
+from mriprep.pipelines import Pipeline, load_pipeline, run_stages  # noqa: E402
 from mriprep.run.cohort import cohort_rows, run_cohort  # noqa: E402
 from mriprep.run.worker_setup import configure_worker  # noqa: E402
-from mriprep.run.subject import input_paths, process_subject, run_stages  # noqa: E402
+from mriprep.run.subject import input_paths, process_subject  # noqa: E402
 
 from benchmarks.monai_baseline import MonaiProcess, monai_seconds  # noqa: E402
 

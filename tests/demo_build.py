@@ -25,7 +25,7 @@ from tests.built_once import built_once_in
 
 if TYPE_CHECKING:
     from mriprep.demo import DemoCohort
-    from mriprep.run.cohort import RunResult
+    from mriprep.run.reports import RunResult
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Fixtures that need the demo build: a test that uses one is marked `demo`.

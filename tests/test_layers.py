@@ -46,8 +46,7 @@ def _graph() -> dict[str, set[str]]:
             # "from mriprep.cache import Cache" names a module only up to "mriprep.cache"
             while target not in modules and "." in target:
                 target = target.rsplit(".", 1)[0]
-            # a package's __init__ importing its own submodules is not a cycle
-            if target in modules and target != name and not name.startswith(target + "."):
+            if target in modules and target != name:
                 graph[name].add(target)
     return graph
 

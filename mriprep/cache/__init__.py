@@ -45,7 +45,9 @@ Modules: :mod:`~mriprep.cache.store` (the folder, :class:`Cache`), :mod:`~mripre
 (the index's documents as entries or refusals), :mod:`~mriprep.cache.safety` (what an
 entry must be before it is followed), :mod:`~mriprep.cache.files` (how a file of an entry
 is recorded), :mod:`~mriprep.cache.formats` (how a tensor is stored: one module per
-format, and the registry every reader and writer goes through).
+format, and the registry every reader and writer goes through),
+:mod:`~mriprep.cache.sidecar` (an entry's ``meta.json`` as a typed record),
+:mod:`~mriprep.cache.run_report` (a run's rows, and the one reader of run reports).
 """
 
 from mriprep.cache.entry import FileRecord, IndexEntry, MalformedEntry, UnsafeEntry

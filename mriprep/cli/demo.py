@@ -111,10 +111,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _drawn() -> dict[str, str]:
-    """Planted defect kind -> how the report draws it (mriprep.qc.mosaic.CAUSES)."""
-    from mriprep.qc.mosaic import CAUSES
+    """Planted defect kind -> how the report draws it (mriprep.qc.causes)."""
+    from mriprep.qc.causes import cause_table
 
-    colour = {name: spoken for name, _, _, spoken in CAUSES.values()}
+    colour = {cause.name: cause.colour_name for cause in cause_table().values()}
     return {"nan_blob": f"filled NaN blob, {colour['filled']}",
             "extreme_values": f"filled extreme values, {colour['filled']}",
             "zero_slab": f"masked zero slab, {colour['incomplete slice']}",

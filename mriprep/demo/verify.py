@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 import nibabel as nib
 import numpy as np
 
+from mriprep.stages import declared_reading, declared_stage
 from mriprep.stages.qc_declaration import (
     FILLED_COUNTS,
     FLAGGED_SLICES,
     REFUSAL_CAUSES,
     TEMPLATE_TO_SUBJECT,
-    declared_reading,
-    declared_stage,
 )
 from mriprep.stages.registration.geometry import target_registration_error
 from mriprep.stages.registration.template import template_brain_points
@@ -87,8 +86,8 @@ def verify_demo_run(
         The demo's ``ground_truth.json`` document.
     results
         The run's per-subject :class:`~mriprep.cache.run_report.SubjectResult` s
-        (``RunResult.results``, or the report's ``subjects`` read back with
-        ``SubjectResult.from_json``).
+        (``RunResult.results``, or a report read back with
+        :func:`~mriprep.cache.run_report.read_run_report`).
     findings
         The check's findings (objects with ``code`` and ``subjects``), or None when the
         check was not run: the leak then cannot be verified and is reported as such.

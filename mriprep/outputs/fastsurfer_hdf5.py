@@ -39,7 +39,7 @@ from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import CacheError, MriprepError
 from mriprep.outputs.export import verify_entry_files
 from mriprep.training.labels.subject import SubjectSlices, derive, slices_of
-from mriprep.training.labels.table import LabelTable
+from mriprep.training.labels.table import VIEWS, LabelTable
 from mriprep.training.labels.weights import WeightOptions
 
 H5PY_HINT = ("h5py is not installed; install it with `pip install 'mriprep[fastsurfer]'` "
@@ -165,9 +165,18 @@ def read_recorded_table(path: str | os.PathLike) -> tuple[LabelTable, str]:
         raise MriprepError(f"{path} records no label table (not written by `mriprep "
                            "export --format fastsurfer-hdf5`); pass the lookup table "
                            "itself to --classes")
-    table = LabelTable.from_description(json.loads(attrs["label_table"]), str(path),
+    view = str(attrs["view"])
+    if view not in VIEWS:
+        raise MriprepError(f"{path} records the view {attrs['view']!r}, not one of "
+                           f"{', '.join(VIEWS)}; pass the lookup table and --view instead")
+    try:
+        description = json.loads(attrs["label_table"])
+    except (TypeError, ValueError) as exc:
+        raise MriprepError(f"{path}: the recorded label table is not JSON ({exc}); export "
+                           "it again, or pass the lookup table itself to --classes") from None
+    table = LabelTable.from_description(description, str(path),
                                         sha256=str(attrs["label_table_sha256"]))
-    return table, str(attrs["view"])
+    return table, view
 
 
 def _write_subjects(hf, cache, entries, good, table, options, workers, result, progress,

@@ -24,7 +24,8 @@ import numpy as np
 
 from mriprep.core.volume import Volume
 from mriprep.qc.causes import OTHER, cause_codes
-from mriprep.stages.qc_declaration import StageQC, declared_stage
+from mriprep.stages import declared_stage
+from mriprep.stages.qc_declaration import StageQC
 
 
 @dataclass

@@ -73,7 +73,7 @@ def with_stage_declarations(declared: Mapping[str, QCMetric],
                             names: Iterable[str]) -> dict[str, QCMetric]:
     """``declared``, completed for the measures among ``names`` it lacks (``qc.json``
     made before the stages declared them) from the registered stages' declarations. The
-    report may import the stages; ``mriprep check`` reads ``qc.json`` only."""
+    stage modules are imported only when a measure lacks its declaration."""
     from mriprep.stages import all_stages
 
     out = dict(declared)

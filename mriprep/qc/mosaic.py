@@ -65,14 +65,6 @@ def paint_causes(rgb: np.ndarray, causes: np.ndarray, alpha: float = 0.6) -> Non
             paint(rgb, causes == code, table[code].colour, alpha)
 
 
-def __getattr__(name: str):
-    """``CAUSES``: code -> (name, meaning, colour, colour name), the table's earlier form,
-    which the demo's summary reads; built on use, as stages may register late."""
-    if name == "CAUSES":
-        return {code: (c.name, c.meaning, c.colour, c.colour_name)
-                for code, c in cause_table().items()}
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def paint_outline(rgb: np.ndarray, mask: np.ndarray, colour: str = OUTLINE_COLOUR) -> None:
     """Draw the edge of ``mask`` (its voxels with a neighbour outside)."""

@@ -333,7 +333,7 @@ def _own_metrics(output: OutputData, records: list[Mapping[str, Any]]
                  ) -> tuple[dict[str, float], dict[str, dict[str, Any]]]:
     """What the pipeline had to change or doubt: the output's invalid fraction, and the
     measures each stage of ``records`` declares, with their declarations (as JSON)."""
-    from mriprep.stages.qc_declaration import declared_stage
+    from mriprep.stages import declared_stage
 
     metrics = {"invalid_fraction": float(1.0 - np.count_nonzero(output.valid)
                                          / output.valid.size)}

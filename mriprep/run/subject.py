@@ -139,11 +139,16 @@ def _process(row: ManifestRow, pipeline: Pipeline, cache: Cache, force: bool,
     key = entry_key(row.subject_id, row.session_id, hashes, pipeline.hash, header=header)
     current.key = key
     if not force and cache.has_entry(key, verify=True):
-        meta = cache.read_meta(key)
-        sidecar = EntrySidecar.from_json(meta, where=str(cache.entry_dir(key) / "meta.json"))
-        return dict(status="skipped", key=key, entry=IndexEntry.from_meta(key, meta),
-                    metrics=stage_metrics_json(sidecar.records))
-    # An entry folder that exists but did not verify is corrupt: swap it out.
+        try:
+            meta = cache.read_meta(key)
+            sidecar = EntrySidecar.from_json(meta,
+                                             where=str(cache.entry_dir(key) / "meta.json"))
+            return dict(status="skipped", key=key, entry=IndexEntry.from_meta(key, meta),
+                        metrics=stage_metrics_json(sidecar.records))
+        except CacheError:
+            pass  # files intact but a sidecar edited out of shape: made again below
+    # An entry folder that exists but did not verify (or whose sidecar does not read)
+    # is corrupt: swap it out.
     replace = force or cache.entry_dir(key).exists()
 
     from mriprep.inputs.readers import load_volume

@@ -38,7 +38,7 @@ import dataclasses
 import importlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -180,3 +180,30 @@ def get_stage(name: str) -> Stage:
                 "its STAGE_MODULES key must be the same"
             )
     return _REGISTRY[name]
+
+
+def declared_stage(name: str):
+    """The registered stage a record's name stands for (``sanitize_2``: the second
+    sanitize step of a pipeline), or None for a name that is no stage."""
+    base, _, number = name.rpartition("_")
+    for candidate in (name, base if number.isdigit() else None):
+        if candidate:
+            try:
+                return get_stage(candidate)
+            except (KeyError, ImportError):
+                continue
+    return None
+
+
+def declared_reading(stage_metrics: Mapping[str, Any], role: str) -> tuple[str, Any] | None:
+    """``(stage, value)`` of the first stage of a subject's metrics (stage name ->
+    its metrics, as the run report holds them) that declares a reading for ``role``;
+    None when none does. Names that are no stage (``load``, ``cache``) are passed by."""
+    for name, metrics in stage_metrics.items():
+        declared = declared_stage(name)
+        if declared is None or declared.qc is None or not isinstance(metrics, Mapping):
+            continue
+        reading = declared.qc.readings.get(role)
+        if reading is not None:
+            return name, reading(metrics)
+    return None

@@ -29,7 +29,7 @@ import numpy as np
 # low, or not at all (a property of the person or the input, not of the scan's quality).
 JUDGES = ("both", "high", "low", "none")
 
-# Roles of a stage's metrics, for :func:`declared_reading`.
+# Roles of a stage's metrics, for :func:`mriprep.stages.declared_reading`.
 FILLED_COUNTS = "filled_counts"  # {"nan": n, "posinf": n, "neginf": n, "extreme": n}
 FLAGGED_SLICES = "flagged_slices"  # {axis: [slice index, ...]} on the stage's grid
 TEMPLATE_TO_SUBJECT = "template_to_subject"  # 4x4 nested list (RAS+), or None
@@ -141,32 +141,3 @@ class StageQC:
             for name, where in self.locate_causes(stage_metrics, newly.shape).items():
                 out[newly & where] = codes[name]
         return out
-
-
-def declared_reading(stage_metrics: Mapping[str, Any], role: str) -> tuple[str, Any] | None:
-    """``(stage, value)`` of the first stage of a subject's metrics (stage name ->
-    its metrics, as the run report holds them) that declares a reading for ``role``;
-    None when none does. Names that are no stage (``load``, ``cache``) are passed by."""
-    for name, metrics in stage_metrics.items():
-        declared = declared_stage(name)
-        if declared is None or declared.qc is None or not isinstance(metrics, Mapping):
-            continue
-        reading = declared.qc.readings.get(role)
-        if reading is not None:
-            return name, reading(metrics)
-    return None
-
-
-def declared_stage(name: str):
-    """The registered stage a record's name stands for (``sanitize_2``: the second
-    sanitize step of a pipeline), or None for a name that is no stage."""
-    from mriprep.stages import get_stage
-
-    base, _, number = name.rpartition("_")
-    for candidate in (name, base if number.isdigit() else None):
-        if candidate:
-            try:
-                return get_stage(candidate)
-            except (KeyError, ImportError):
-                continue
-    return None

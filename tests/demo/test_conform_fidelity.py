@@ -21,7 +21,8 @@ from mriprep.demo.fastsurfer_conform import LIA, agreement, fastsurfer_conform
 from mriprep.demo.real_scans import HOW_TO_GET, real_scan
 from mriprep.demo.scanner import Acquisition, acquire, random_pose
 from mriprep.pipelines import load_pipeline
-from mriprep.run.subject import output_tensors, run_stages
+from mriprep.pipelines import run_stages
+from mriprep.run.subject import output_tensors
 
 FIDELITY_PERSON = 44
 

@@ -28,7 +28,7 @@ from mriprep.demo.calibration import (
 from mriprep.demo.real_scans import HOW_TO_GET, real_scan
 from mriprep.demo.scanner import Acquisition, Scan, acquire, random_pose
 from mriprep.pipelines import load_pipeline
-from mriprep.run.subject import run_stages
+from mriprep.pipelines import run_stages
 from mriprep.stages import get_stage
 from mriprep.stages.plausibility import PlausibilityParams, shear_deg
 

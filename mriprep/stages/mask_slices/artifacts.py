@@ -32,7 +32,7 @@ from mriprep.stages.mask_slices.lattice import Lattice, SliceStack, scoring_latt
 from mriprep.stages.mask_slices.statistics import MAX_NEIGHBOUR_DISTANCE, neighbours, prepare
 
 if TYPE_CHECKING:
-    from mriprep.stages.mask_slices import MaskSlicesParams
+    from mriprep.stages.mask_slices.params import MaskSlicesParams
 
 # Voxels where the two neighbours differ by more than this (log-ratio, ~10%) are left out
 # of the artifact score: there the anatomy changes too fast for the neighbours' average

@@ -18,7 +18,7 @@ from mriprep.stages.intensity import foreground_mask
 from mriprep.stages.mask_slices.statistics import SliceProfile, neighbours, slice_profile
 
 if TYPE_CHECKING:
-    from mriprep.stages.mask_slices import MaskSlicesParams
+    from mriprep.stages.mask_slices.params import MaskSlicesParams
 
 # An empty (zero or constant) slice at the border of the volume lies outside the head,
 # and is no defect, when the nearest slice with content holds less head than this share
