@@ -14,7 +14,9 @@ A new format is one module: a :class:`TensorFormat` subclass (``suffix``, ``choi
 ``write`` and ``open``), registered with :func:`register_format`; a pipeline can then
 name its choice, the runner writes it, ``mriprep check`` verifies it and ``MRIDataset``
 reads it, with no edit anywhere else (``tests/cache/test_format_plugin.py`` does just
-that). Its choices enter the pipeline hash like the shipped ones.
+that). Its choices enter the pipeline hash like the shipped ones. A registration lives
+in the process that made it: worker processes (dask's, a DataLoader's) must import the
+format's module too.
 """
 
 from __future__ import annotations
