@@ -8,12 +8,9 @@ catches it (``mriprep check`` and ``mriprep cache verify`` compare it).
 Why blosc2: nnU-Net v2 stores its preprocessed data in it; its chunks decode
 independently, so a patch or a slice decodes only the chunks it touches; its byte
 shuffle makes intensities compress well at memory speed; and it is a maintained wheel
-for every platform. Measured on the demo's people through the default pipeline
-(197 x 233 x 189, the head to the neck, one thread): the float32 z-scored image 1.6x
-with LZ4 and 1.8x with Zstd level 1, as float16 1.8x and 2.2x; the valid mask about 70x
-and 200x; the int16 labels 22x and 60x. LZ4 decodes about 2.5 GB/s a thread against
-Zstd's 1.3-1.5 GB/s, which is why the shipped pipelines use LZ4: they reach their size
-goal with it and keep the loader fast. ``make bench`` (storage) shows both.
+for every platform. The shipped pipelines use LZ4: it reaches their size goal and
+decodes about twice as fast as Zstd (docs/benchmarks.md, "Cache and runner"; ``make
+bench`` storage shows both).
 
 blosc2 is imported only when a ``.b2nd`` is written or read: a cache of ``.npy`` files
 needs none.
@@ -75,7 +72,7 @@ class Blosc2Format(TensorFormat):
         import blosc2
 
         # One decoding thread: the loader reads items in threads of its own, and blosc2's
-        # default (as many as cores) made them compete (a volume took 1.5x longer).
+        # default (as many as cores) made them compete (docs/benchmarks.md).
         return blosc2.open(str(path), mode="r", dparams=blosc2.DParams(nthreads=1))
 
     def decode_into(self, stored: Any, dst: np.ndarray,
@@ -84,9 +81,9 @@ class Blosc2Format(TensorFormat):
         while it is in the CPU cache.
 
         Slicing (``stored[...]``) makes a new array of the whole volume, whose every page
-        faults on first touch: decoding into a reused chunk buffer instead made a float16
-        volume read 1.6x faster. It needs chunks and blocks of whole slices, which
-        :meth:`write` writes; another layout is sliced whole.
+        faults on first touch, so decoding into a reused chunk buffer is faster
+        (docs/benchmarks.md, "Cache and runner"). It needs chunks and blocks of whole
+        slices, which :meth:`write` writes; another layout is sliced whole.
         """
         shape = tuple(stored.shape)
         if (not stored.ndim or tuple(stored.chunks[1:]) != shape[1:]
@@ -112,10 +109,8 @@ class Blosc2Format(TensorFormat):
 
 def _filter(dtype: np.dtype):
     """Byte shuffle for intensities (their high bytes repeat, the low ones are noise),
-    none for masks and labels. Measured on a demo entry with LZ4: the float16 image 9.4 MB
-    shuffled against 12.4 MB not; the valid mask 0.13 MB either way, decoded 3x faster
-    unfiltered than bit-shuffled (1.5 against 5 ms); the labels 0.79 MB against 0.61 MB
-    shuffled, decoded in half the time."""
+    none for masks and labels, which decode two to three times faster without it at
+    about their size (measured: docs/benchmarks.md, "Cache and runner")."""
     import blosc2
 
     return blosc2.Filter.SHUFFLE if dtype.kind == "f" else blosc2.Filter.NOFILTER
