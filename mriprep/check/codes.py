@@ -34,6 +34,15 @@ def explain(code: str) -> str:
     ])
 
 
+def explain_json(code: str) -> dict[str, object]:
+    """``--explain CODE --json``: the registry's entry as a JSON object; KeyError for an
+    unknown code."""
+    record = CODES[code]
+    return {"code": record.code, "severity": record.severity.value,
+            "meaning": record.meaning, "fix": record.fix,
+            "found_by": [f"mriprep {command}" for command in record.found_by]}
+
+
 def unknown(code: str) -> str:
     """Why ``code`` cannot be explained, and the codes it may have meant."""
     close = close_codes(code)

@@ -14,7 +14,7 @@ import json
 import sys
 
 from mriprep.check import check_cache
-from mriprep.check.codes import explain, unknown
+from mriprep.check.codes import explain, explain_json, unknown
 from mriprep.check.manifest import read_exclusions
 from mriprep.check.render import render_report
 from mriprep.core.exit_codes import ExitCode
@@ -75,7 +75,7 @@ def add_parser(subparsers) -> None:
         help="say what a finding code (e.g. identity-leak) means and how to fix it, and "
         "check nothing",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
+    p.add_argument("--json", action="store_true", help="print the report (or the --explain entry) as JSON (for CI)")
     p.add_argument(
         "--manifest",
         metavar="M",
@@ -129,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
             return _usage(f"--explain {args.explain} explains a code and checks no cache; "
                           f"drop {args.cache}, or --explain to check it")
         try:
-            print(explain(args.explain))
+            print(json.dumps(explain_json(args.explain), indent=1) if args.json
+                  else explain(args.explain))
         except KeyError:
             return _usage(unknown(args.explain))
         return ExitCode.OK

@@ -10,6 +10,7 @@ demo cache and the demo manifest.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -122,6 +123,17 @@ def test_explain_prints_severity_meaning_and_fix_without_a_cache(capsys):
     assert cli_main(["check", "--explain", "split-missing"]) == 0
     assert capsys.readouterr().out.startswith(
         "split-missing: error (reported by mriprep check, mriprep splits)\n")
+
+
+def test_explain_as_json_gives_the_registry_entry(capsys):
+    from mriprep.core.finding_codes import CODES
+
+    assert cli_main(["check", "--explain", "identity-leak", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    record = CODES["identity-leak"]
+    assert doc["code"] == "identity-leak" and doc["severity"] == record.severity.value == "error"
+    assert doc["meaning"] == record.meaning and doc["fix"] == record.fix
+    assert "mriprep check" in doc["found_by"]
 
 
 def test_explain_of_an_unknown_code_is_a_usage_error_naming_close_codes(capsys):
