@@ -75,7 +75,8 @@ def add_parser(subparsers) -> None:
         help="say what a finding code (e.g. identity-leak) means and how to fix it, and "
         "check nothing",
     )
-    p.add_argument("--json", action="store_true", help="print the report (or the --explain entry) as JSON (for CI)")
+    p.add_argument("--json", action="store_true",
+                   help="print the report (or the --explain entry) as JSON (for CI)")
     p.add_argument(
         "--manifest",
         metavar="M",
