@@ -344,7 +344,8 @@ def _own_metrics(output: OutputData, records: list[Mapping[str, Any]]
             continue
         found = stage.qc.measures(record.get("metrics") or {})
         for metric in stage.qc.metrics:
-            if metric.name in found and metric.name not in metrics:
+            # A stage used twice shows its last run's measure, what the output holds.
+            if metric.name in found:
                 metrics[metric.name] = found[metric.name]
                 info[metric.name] = metric.to_json()
     return metrics, info

@@ -26,12 +26,13 @@ import numpy as np
 
 import mriprep
 from mriprep.cache import Cache, IndexEntry, entry_key
-from mriprep.core.errors import MriprepError, StageError
+from mriprep.cache.run_report import SubjectResult
+from mriprep.cache.sidecar import EntrySidecar, InputFile
+from mriprep.core.errors import CacheError, MriprepError, StageError
 from mriprep.core.hashing import sha256_file
 from mriprep.core.limits import INT16, UINT8_MAX
 from mriprep.core.volume import Volume, jsonable
 from mriprep.inputs.manifest import ManifestRow
-from mriprep.cache.sidecar import EntrySidecar, InputFile
 from mriprep.pipelines import Pipeline
 from mriprep.pipelines.execute import (
     Position,
@@ -41,7 +42,6 @@ from mriprep.pipelines.execute import (
     stage_warnings,
 )
 from mriprep.qc.capture import Capture
-from mriprep.cache.run_report import SubjectResult
 from mriprep.run.worker_setup import configure_worker
 from mriprep.stages import get_stage
 from mriprep.stages.intensity import all_finite

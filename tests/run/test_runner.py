@@ -559,3 +559,19 @@ def test_default_pipeline_over_the_demo_cohort(demo_cohort, demo_cache, tmp_path
     assert main(argv + ["--json"]) == 1
     counts = json.loads(capsys.readouterr().out)["counts"]
     assert counts["skipped"] == len(truth) - len(expected_failures) and counts["cached"] == 0
+
+
+def test_an_entry_whose_sidecar_was_edited_out_of_shape_is_made_again(cohort, tmp_path):
+    """Intact tensors under a hand-edited meta.json: the rerun makes the entry again
+    instead of failing the subject on every run."""
+    cache_root = tmp_path / "cache"
+    run(cohort, cache_root)
+    entry = next(e for e in Cache(cache_root).entries() if e.subject_id == "sub-01")
+    meta_path = Cache(cache_root).entry_dir(entry.key) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["affine"] = "not a matrix"
+    meta_path.write_text(json.dumps(meta))
+    again = {r.subject_id: r for r in run(cohort, cache_root).results}
+    assert again["sub-01"].status == "cached", (again["sub-01"].stage, again["sub-01"].reason)
+    assert isinstance(json.loads(meta_path.read_text())["affine"], list)
+    assert {r.status for sid, r in again.items() if sid != "sub-01"} <= {"skipped", "failed"}
