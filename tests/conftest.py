@@ -15,6 +15,7 @@ import pytest
 from tests.built_once import shared_folder
 from tests.demo_build import (DEMO_FIXTURES, DemoCache, demo_cache_in, demo_cohort_in,
                               start_background_build, stop_background_build)
+from tests.shared_people import share_people
 
 # Heavy libraries get one thread each: the CI machine has two cores and the tests must
 # stay deterministic whatever the machine.
@@ -69,6 +70,12 @@ def pytest_collection_modifyitems(config, items):
         return 2 if item.get_closest_marker("demo") else 0
 
     items.sort(key=rank)  # stable: collection order within each rank
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _people_built_once(tmp_path_factory):
+    """Synthetic people are built by one xdist worker and read back by the others."""
+    share_people(shared_folder(tmp_path_factory))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -19,6 +19,7 @@ from mriprep.demo.real_scans import HOW_TO_GET, real_scan
 from mriprep.inputs.templates import load_template
 from mriprep.splits import IDENTITY_ERROR, IDENTITY_WARNING, find_identity_matches
 from mriprep.splits.identity import identity_descriptor
+from tests.built_once import built_once
 from tests.cache_clone import clone_cache, relabel_entry
 
 IDENTITY_CODES = {"identity-leak", "possible-identity-leak", "near-duplicate"}
@@ -112,22 +113,27 @@ def thick_noisy(data: np.ndarray, rng) -> np.ndarray:
 @pytest.fixture(scope="module")
 def colin_prints(tmp_path_factory) -> dict[str, np.ndarray]:
     """Identity fingerprints of Colin27 (1 mm, 5 mm noisy, skull-stripped, 0.5 mm) on the
-    MNI grid by their headers (Colin27 is in MNI space): no registration run."""
+    MNI grid by their headers (Colin27 is in MNI space): no registration run. Built once
+    per test run."""
     import nibabel as nib
 
     if real_scan("colin27") is None:
         pytest.skip(f"the real scans are not installed: {HOW_TO_GET}")
-    template = load_template("mni152")
-    folder = tmp_path_factory.mktemp("colin")
-    prints = {}
-    for name in ("colin27", "colin27_brain", "colin27_05mm", "colin27_5mm_noisy"):
-        img = nib.as_closest_canonical(nib.load(str(real_scan(name.replace("_5mm_noisy", "")))))
-        data = np.asarray(img.dataobj, dtype=np.float32)
-        if name.endswith("noisy"):
-            data = thick_noisy(data, np.random.default_rng(0))
-        np.save(folder / f"{name}.npy", on_template_grid(data, img.affine, template))
-        prints[name] = scan_tensor_file(folder / f"{name}.npy", "image").fingerprint
-    return prints
+
+    def build(folder):
+        template = load_template("mni152")
+        prints = {}
+        for name in ("colin27", "colin27_brain", "colin27_05mm", "colin27_5mm_noisy"):
+            img = nib.as_closest_canonical(
+                nib.load(str(real_scan(name.replace("_5mm_noisy", "")))))
+            data = np.asarray(img.dataobj, dtype=np.float32)
+            if name.endswith("noisy"):
+                data = thick_noisy(data, np.random.default_rng(0))
+            np.save(folder / f"{name}.npy", on_template_grid(data, img.affine, template))
+            prints[name] = scan_tensor_file(folder / f"{name}.npy", "image").fingerprint
+        return prints
+
+    return built_once(tmp_path_factory, "identity_colin_prints", build)
 
 
 @pytest.fixture(scope="module")
@@ -136,17 +142,20 @@ def real_prints(colin_prints, tmp_path_factory) -> dict[str, np.ndarray]:
     :func:`colin_prints`) and of the macaque (x2.3) on the MNI grid."""
     import nibabel as nib
 
-    template = load_template("mni152")
-    img = nib.as_closest_canonical(nib.load(str(real_scan("macaque"))))
-    monkey, affine = np.asarray(img.dataobj, dtype=np.float32), img.affine
-    scaled = affine.copy()
-    scaled[:3] *= 2.3
-    centre = scaled[:3, :3] @ (np.array(monkey.shape) / 2) + scaled[:3, 3]
-    scaled[:3, 3] -= centre - template.affine[:3, :3] @ (np.array(template.shape) / 2) \
-        - template.affine[:3, 3]
-    path = tmp_path_factory.mktemp("real") / "macaque_x2.3.npy"
-    np.save(path, on_template_grid(monkey, scaled, template))
-    return {**colin_prints, "macaque_x2.3": scan_tensor_file(path, "image").fingerprint}
+    def build(folder):
+        template = load_template("mni152")
+        img = nib.as_closest_canonical(nib.load(str(real_scan("macaque"))))
+        monkey, affine = np.asarray(img.dataobj, dtype=np.float32), img.affine
+        scaled = affine.copy()
+        scaled[:3] *= 2.3
+        centre = scaled[:3, :3] @ (np.array(monkey.shape) / 2) + scaled[:3, 3]
+        scaled[:3, 3] -= centre - template.affine[:3, :3] @ (np.array(template.shape) / 2) \
+            - template.affine[:3, 3]
+        np.save(folder / "macaque_x2.3.npy", on_template_grid(monkey, scaled, template))
+        return scan_tensor_file(folder / "macaque_x2.3.npy", "image").fingerprint
+
+    return {**colin_prints,
+            "macaque_x2.3": built_once(tmp_path_factory, "identity_macaque_print", build)}
 
 
 @pytest.mark.slow
@@ -248,14 +257,17 @@ def person_on_template(seed: int, template, moved: bool = False) -> np.ndarray:
 @pytest.fixture(scope="module")
 def other_person(tmp_path_factory) -> dict[str, np.ndarray]:
     """Fingerprints of one synthetic person (seed apart from every other set) and of
-    its moved, noisier copy, on the MNI grid."""
-    template = load_template("mni152")
-    folder = tmp_path_factory.mktemp("person")
-    prints = {}
-    for name, moved in (("person", False), ("person_moved", True)):
-        np.save(folder / f"{name}.npy", person_on_template(95_001, template, moved))
-        prints[name] = scan_tensor_file(folder / f"{name}.npy", "image").fingerprint
-    return prints
+    its moved, noisier copy, on the MNI grid. Built once per test run."""
+
+    def build(folder):
+        template = load_template("mni152")
+        prints = {}
+        for name, moved in (("person", False), ("person_moved", True)):
+            np.save(folder / f"{name}.npy", person_on_template(95_001, template, moved))
+            prints[name] = scan_tensor_file(folder / f"{name}.npy", "image").fingerprint
+        return prints
+
+    return built_once(tmp_path_factory, "identity_other_person", build)
 
 
 def entry(name: str, split: str, *, registered: bool = True, shape=MNI_SHAPE,
