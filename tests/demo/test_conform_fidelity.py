@@ -24,6 +24,10 @@ from mriprep.pipelines import load_pipeline
 from mriprep.pipelines import run_stages
 from mriprep.run.subject import output_tensors
 
+# One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
+# builds once per process (module fixtures, cached scans) is built once per run.
+pytestmark = pytest.mark.xdist_group("conform_fidelity")
+
 FIDELITY_PERSON = 44
 
 

@@ -23,6 +23,10 @@ from mriprep.demo.fastsurfer_referee import referee_subject
 from mriprep.training.labels import dkt_table
 from tests.training.fastsurfer_cache import shared_cache, subject, write_cache
 
+# One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
+# builds once per process (module fixtures, cached scans) is built once per run.
+pytestmark = pytest.mark.xdist_group("fastsurfer_hdf5")
+
 h5py = pytest.importorskip("h5py", reason="h5py missing: pip install 'mriprep[fastsurfer]'")
 DKT = str(resources.files("mriprep.training.labels") / "fastsurfer_dkt.tsv")
 

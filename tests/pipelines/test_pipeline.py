@@ -284,7 +284,9 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_the_default_pipeline_by_name(tmp_pat
     import zipfile
     from pathlib import Path
 
-    from mriprep.demo import build_demo_cohort
+    import nibabel as nib
+
+    from tests.stages.conftest import build_head
 
     repo = Path(__file__).resolve().parents[2]
     # Built from a copy: setuptools' build/ folder in a checkout keeps modules that were
@@ -322,9 +324,13 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_the_default_pipeline_by_name(tmp_pat
     assert out[0].startswith(str(venv))  # the installed copy, not the checkout
     assert out[1] == "t1w_mni_rigid conform_1mm"
 
-    cohort = build_demo_cohort(tmp_path / "cohort", n_subjects=1, workers=1)
+    # The stage tests' person (built once per test run), scanned at 1 mm.
+    head = build_head((1.0, 1.0, 1.0), seed=3)
+    image, manifest = tmp_path / "sub-01_T1w.nii.gz", tmp_path / "cohort.csv"
+    nib.save(nib.Nifti1Image(head.data, head.affine), image)
+    manifest.write_text(f"subject_id,image\nsub-01,{image}\n")
     run = subprocess.run(
-        [str(venv / "bin" / "mriprep"), "run", str(cohort.manifest), "-o",
+        [str(venv / "bin" / "mriprep"), "run", str(manifest), "-o",
          str(tmp_path / "cache"), "-p", "t1w_mni_rigid", "--scheduler", "sync", "--json"],
         cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

@@ -12,13 +12,17 @@ import pytest
 from scipy import ndimage
 
 from mriprep.core.errors import StageError
-from mriprep.core.volume import Volume
+from mriprep.core.volume import PendingTransform, Volume
 from mriprep.demo.calibration import person
 from mriprep.demo.scanner import Acquisition, acquire
 from mriprep.inputs.templates import load_template
 from mriprep.pipelines import DEFAULT_PIPELINE, load_pipeline, pipelines_dir
 from mriprep.stages import get_stage
 from mriprep.stages.registration.geometry import rigid_matrix
+
+# One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
+# builds once per process (module fixtures, cached scans) is built once per run.
+pytestmark = pytest.mark.xdist_group("template_swap")
 
 SWAP_PERSON = 43
 
@@ -44,9 +48,13 @@ def _swapped(tmp_path: Path, template: Path) -> Path:
     return copy
 
 
-def _subject() -> Volume:
-    scan = acquire(person(SWAP_PERSON), rigid_matrix((5.0, -4.0, 3.0), (4.0, -3.0, 2.0)),
+def _scan():
+    return acquire(person(SWAP_PERSON), rigid_matrix((5.0, -4.0, 3.0), (4.0, -3.0, 2.0)),
                    Acquisition((1.0, 1.0, 3.0)), np.random.default_rng(0))
+
+
+def _subject() -> Volume:
+    scan = _scan()
     return Volume.from_array(scan.data, scan.affine, subject_id="swap")
 
 
@@ -62,10 +70,15 @@ def test_changing_only_the_template_runs_to_the_new_templates_grid(tmp_path, coa
     assert checked["shape"] == list(template.shape)
 
 
-def test_validate_names_the_template_whose_grid_it_expected(coarse_template):
-    registered = get_stage("register")(
-        get_stage("sanitize")(get_stage("reorient")(_subject())), template="mni152")
+def test_validate_names_the_template_whose_grid_it_expected():
+    # The register stage's hand-over, made from the scan's known truth: this tests
+    # validate, and registration is tested on its own (tests/stages/test_register.py).
+    scan, mni = _scan(), load_template("mni152")
+    registered = get_stage("sanitize")(_subject()).replace(pending=PendingTransform(
+        template_to_subject=scan.template_to_subject, target_shape=mni.shape,
+        target_affine=mni.affine, target_name="registration template 'mni152'"))
     resampled = get_stage("resample")(registered)
+    get_stage("validate")(resampled)  # on the template's grid: accepted
     # A volume that claims MNI152 as its target but sits on another grid is refused.
     moved = resampled.replace(data=resampled.data[:-1].copy(), valid=resampled.valid[:-1].copy())
     with pytest.raises(StageError, match=r"the grid of registration template 'mni152'"):

@@ -34,6 +34,10 @@ from mriprep.stages.plausibility import PlausibilityParams, shear_deg
 
 from .conftest import TEST_PERSON
 
+# One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
+# builds once per process (module fixtures, cached scans) is built once per run.
+pytestmark = pytest.mark.xdist_group("plausibility")
+
 plausibility = get_stage("plausibility")
 
 

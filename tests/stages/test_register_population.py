@@ -32,6 +32,10 @@ from mriprep.stages.registration.search import rotation_angle_deg
 from .conftest import TEST_PERSON
 from .test_register import POSE, prepared
 
+# One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
+# builds once per process (module fixtures, cached scans) is built once per run.
+pytestmark = pytest.mark.xdist_group("register_population")
+
 # How far apart two registrations of one head in one pose may turn it (degrees): the
 # calibration set's consistency is about 0.1 mm over the brain, about 0.05 degrees.
 SAME_POSE_DEG = 0.5
