@@ -36,6 +36,7 @@ HEAVY = (
     "tests/stages/mask_slices/test_lattice.py",
     "tests/stages/test_plausibility.py",
     "tests/stages/test_register.py",
+    "tests/stages/test_register_ants.py",
     "tests/stages/test_register_population.py",
     "tests/stages/test_register_pyramid.py",
     "tests/test_real_scans.py",

@@ -4,7 +4,6 @@ output folder and the subject ids checked first."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import nibabel as nib
 import numpy as np

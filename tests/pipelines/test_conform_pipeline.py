@@ -21,6 +21,10 @@ from mriprep.pipelines import load_pipeline
 from mriprep.run.cohort import run_cohort, cohort_rows
 from mriprep.stages.reorient import orientation_codes
 
+# One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
+# builds once per process (module fixtures, cached scans) is built once per run.
+pytestmark = pytest.mark.xdist_group("conform_pipeline")
+
 # A 1 mm block of MNI152 around the brain: small enough to run fast, big enough for the
 # slice statistics of mask_slices.
 BLOCK = (slice(30, 160), slice(40, 190), slice(20, 150))

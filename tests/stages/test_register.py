@@ -41,6 +41,10 @@ from mriprep.stages.registration.template import template_brain_points
 
 from .conftest import TEST_PERSON
 
+# One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
+# builds once per process (module fixtures, cached scans) is built once per run.
+pytestmark = pytest.mark.xdist_group("register")
+
 POSE = rigid((7.0, -5.0, 8.0), (6.0, -8.0, 4.0))
 SECOND_POSE = rigid((-6.0, 4.0, -12.0), (-5.0, 7.0, -3.0))
 
@@ -264,43 +268,3 @@ def test_itk_transform_maps_points_like_the_ras_matrix(tmp_path):
         expected = matrix[:3, :3] @ point + matrix[:3, 3]
         moved = np.asarray(transform.TransformPoint((flip @ point).tolist()))
         np.testing.assert_allclose(flip @ moved, expected, atol=1e-9)
-
-
-def _demo_scan_before_register(demo_cohort, name: str):
-    from mriprep.inputs.readers import load_volume
-
-    volume = load_volume(demo_cohort.image_path(name), subject_id=name)
-    for stage in ("reorient", "sanitize", "mask_slices"):
-        volume = get_stage(stage)(volume)
-    return volume
-
-
-@pytest.mark.slow
-def test_the_ants_backend_lands_on_the_truth_on_the_demo_grids_and_repeats_bit_for_bit(
-        demo_cohort, brain_points):
-    """The sitk backend is scored on every demo scan by the demo run's referee
-    (tests/test_demo_verify.py); the ants backend here on the two thick grids that differ
-    most from a 1 mm scan: oblique 5 mm axial, and 5 mm coronal stored backwards, the
-    first of them twice. (Each ANTs run costs about 10 s; ``make bench`` registration
-    compares the backends on every grid.)"""
-    volumes = {name: _demo_scan_before_register(demo_cohort, name)
-               for name in ("sub-06", "sub-08")}
-    results = {name: register_volume(volume, RegisterParams(backend="ants"))
-               for name, volume in volumes.items()}
-    errors = {}
-    for name, result in results.items():
-        # The Rigid stage on the 4 and 2 mm levels, then the Affine stage on both.
-        assert len(result.iterations) == 4 and all(n >= 1 for n in result.iterations)
-        assert np.isfinite(result.metric_value) and 0.45 < result.similarity < 0.9
-        errors[name] = target_registration_error(
-            result.template_to_subject,
-            np.asarray(demo_cohort.subjects[name]["template_to_subject"]), brain_points)
-    too_far = {s: e for s, e in errors.items()
-               if e[0] > TRUTH_MEAN_LIMIT_MM or e[1] > TRUTH_MAX_LIMIT_MM}
-    assert not too_far, too_far
-    if results["sub-06"].details["ants_threads"] != 1:
-        pytest.skip("ANTs was loaded with more than one thread: its Mattes MI sums in "
-                    "thread-arrival order (see mriprep.stages.register)")
-    again = register_volume(volumes["sub-06"], RegisterParams(backend="ants"))
-    np.testing.assert_array_equal(results["sub-06"].template_to_subject,
-                                  again.template_to_subject)
