@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm,fastsurfer]"
 	touch $(STAMP)
 
-# Every core runs tests (pytest-xdist); a group (the Slurm module) stays on one worker.
+# Every core runs tests (pytest-xdist); a module marked xdist_group (Slurm, registration)
+# stays on one worker.
 XDIST := -n auto --dist loadgroup
 
 test: $(STAMP)

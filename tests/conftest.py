@@ -73,6 +73,27 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)  # stable: collection order within each rank
 
 
+def pytest_configure(config):
+    """Refuse `--dist loadgroup` where pytest-xdist cannot group: pytest 9.2 no longer lets
+    xdist (3.8 and older) write a test's group into its node id, so every `xdist_group`
+    mark is silently ignored (pytest-dev/pytest-xdist#1386) and each grouped module runs
+    on both workers, building what it builds twice (a Slurm cluster). constraints.txt pins
+    pytest below 9.2."""
+    if config.getoption("dist", "no") != "loadgroup" or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    if Version(pytest.__version__) >= Version("9.2") and Version(version("pytest-xdist")) \
+            <= Version("3.8.0"):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with pytest-xdist {version('pytest-xdist')} ignores "
+            "xdist_group marks under --dist loadgroup (pytest-dev/pytest-xdist#1386): "
+            "install the pinned versions with make install (pip install -c constraints.txt "
+            "-e '.[dev]')")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _people_built_once(tmp_path_factory):
     """Synthetic people are built by one xdist worker and read back by the others."""
