@@ -49,8 +49,8 @@ def _needs_demo(item) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """Mark the tests that need the demo build `demo` and the HEAVY ones `heavy`; run
-    the `demo` ones last: the grouped
-    ones (a Slurm group holds one worker for its whole length) first among them.
+    the `demo` ones last: the grouped ones (a Slurm group holds one worker for its whole
+    length) and the heavy ones first among them.
 
     Every xdist worker sorts the same collection the same way, as xdist requires."""
     grouped = set()
@@ -68,7 +68,10 @@ def pytest_collection_modifyitems(config, items):
         group = item.get_closest_marker("xdist_group")
         if group and (group.args[0] if group.args else group.kwargs.get("name")) in grouped:
             return 1
-        return 2 if item.get_closest_marker("demo") else 0
+        if item.get_closest_marker("demo"):
+            # A long demo test started last ran alone at the end (the ANTs test: 50 s).
+            return 1 if item.get_closest_marker("heavy") else 2
+        return 0
 
     items.sort(key=rank)  # stable: collection order within each rank
 

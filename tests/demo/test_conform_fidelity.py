@@ -23,12 +23,14 @@ from mriprep.demo.scanner import Acquisition, acquire, random_pose
 from mriprep.pipelines import load_pipeline
 from mriprep.pipelines import run_stages
 from mriprep.run.subject import output_tensors
+from tests.stages.conftest import TEST_PERSON
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
 pytestmark = pytest.mark.xdist_group("conform_fidelity")
 
-FIDELITY_PERSON = 44
+# The stage tests' person: one synthetic person, built once per test run for every module.
+FIDELITY_PERSON = TEST_PERSON
 
 
 @functools.lru_cache(maxsize=1)

@@ -19,12 +19,14 @@ from mriprep.inputs.templates import load_template
 from mriprep.pipelines import DEFAULT_PIPELINE, load_pipeline, pipelines_dir
 from mriprep.stages import get_stage
 from mriprep.stages.registration.geometry import rigid_matrix
+from tests.stages.conftest import TEST_PERSON
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
 pytestmark = pytest.mark.xdist_group("template_swap")
 
-SWAP_PERSON = 43
+# The stage tests' person: one synthetic person, built once per test run for every module.
+SWAP_PERSON = TEST_PERSON
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,8 @@ def test_validate_names_the_template_whose_grid_it_expected():
     # The register stage's hand-over, made from the scan's known truth: this tests
     # validate, and registration is tested on its own (tests/stages/test_register.py).
     scan, mni = _scan(), load_template("mni152")
-    registered = get_stage("sanitize")(_subject()).replace(pending=PendingTransform(
+    subject = Volume.from_array(scan.data, scan.affine, subject_id="swap")
+    registered = get_stage("sanitize")(subject).replace(pending=PendingTransform(
         template_to_subject=scan.template_to_subject, target_shape=mni.shape,
         target_affine=mni.affine, target_name="registration template 'mni152'"))
     resampled = get_stage("resample")(registered)
