@@ -21,6 +21,7 @@ from mriprep.splits import IDENTITY_ERROR, IDENTITY_WARNING, find_identity_match
 from mriprep.splits.identity import identity_descriptor
 from tests.built_once import built_once
 from tests.cache_clone import clone_cache, relabel_entry
+from tests.stages.conftest import TEST_PERSON
 
 IDENTITY_CODES = {"identity-leak", "possible-identity-leak", "near-duplicate"}
 
@@ -256,14 +257,15 @@ def person_on_template(seed: int, template, moved: bool = False) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def other_person(tmp_path_factory) -> dict[str, np.ndarray]:
-    """Fingerprints of one synthetic person (seed apart from every other set) and of
-    its moved, noisier copy, on the MNI grid. Built once per test run."""
+    """Fingerprints of one synthetic person (the stage tests' person: no demo or
+    reference person) and of its moved, noisier copy, on the MNI grid. Built once per test
+    run."""
 
     def build(folder):
         template = load_template("mni152")
         prints = {}
         for name, moved in (("person", False), ("person_moved", True)):
-            np.save(folder / f"{name}.npy", person_on_template(95_001, template, moved))
+            np.save(folder / f"{name}.npy", person_on_template(TEST_PERSON, template, moved))
             prints[name] = scan_tensor_file(folder / f"{name}.npy", "image").fingerprint
         return prints
 

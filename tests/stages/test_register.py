@@ -213,7 +213,11 @@ def test_noise_without_a_head_is_refused_as_no_brain():
 def test_a_head_of_another_species_size_is_refused_as_head_size():
     """A head shrunk to 0.45 keeps its neck (about 136 mm long) but is shorter than a
     small adult's brain alone (about 150 mm): its length names it."""
-    small = person(TEST_PERSON + 1, head_scale=0.45)  # a macaque brain is ~0.45 of ours
+    from mriprep.demo.population import scaled_anatomy
+
+    # A macaque brain is ~0.45 of ours. The test person made smaller, not another person:
+    # one build fewer per test run.
+    small = scaled_anatomy(_test_person(), 0.45, name="small-head")
     error = _refusal(prepared(scan_of(small), "small-head"))
     assert error.metrics["failure"] == "head_size", error.reason
     assert error.metrics["head_length_mm"] < RegisterParams().min_head_length_mm
