@@ -29,9 +29,6 @@ from tests.stages.conftest import TEST_PERSON
 # builds once per process (module fixtures, cached scans) is built once per run.
 pytestmark = pytest.mark.xdist_group("conform_fidelity")
 
-# The stage tests' person: one synthetic person, built once per test run for every module.
-FIDELITY_PERSON = TEST_PERSON
-
 
 @functools.lru_cache(maxsize=1)
 def _pipeline():
@@ -44,8 +41,8 @@ def _conformed(data, affine):
 
 
 def _scan(acquisition: Acquisition, seed: int, anatomy=None):
-    rng = np.random.default_rng([FIDELITY_PERSON, seed])
-    return acquire(anatomy or person(FIDELITY_PERSON), random_pose(rng, 10.0, 10.0),
+    rng = np.random.default_rng([TEST_PERSON, seed])
+    return acquire(anatomy or person(TEST_PERSON), random_pose(rng, 10.0, 10.0),
                    acquisition, rng)
 
 

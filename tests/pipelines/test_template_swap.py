@@ -25,9 +25,6 @@ from tests.stages.conftest import TEST_PERSON
 # builds once per process (module fixtures, cached scans) is built once per run.
 pytestmark = pytest.mark.xdist_group("template_swap")
 
-# The stage tests' person: one synthetic person, built once per test run for every module.
-SWAP_PERSON = TEST_PERSON
-
 
 @pytest.fixture(scope="module")
 def coarse_template(tmp_path_factory) -> Path:
@@ -51,7 +48,7 @@ def _swapped(tmp_path: Path, template: Path) -> Path:
 
 
 def _scan():
-    return acquire(person(SWAP_PERSON), rigid_matrix((5.0, -4.0, 3.0), (4.0, -3.0, 2.0)),
+    return acquire(person(TEST_PERSON), rigid_matrix((5.0, -4.0, 3.0), (4.0, -3.0, 2.0)),
                    Acquisition((1.0, 1.0, 3.0)), np.random.default_rng(0))
 
 
