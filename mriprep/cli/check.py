@@ -100,7 +100,8 @@ def add_parser(subparsers) -> None:
         type=_threshold,
         default=NEAR_DUPLICATE_THRESHOLD,
         metavar="R",
-        help=f"identity correlation (cohort-centred fingerprints of registered images) "
+        help=f"identity correlation (fingerprints of registered images, centred on a "
+        f"fixed reference population) "
         f"from which two subjects' images are reported as one person: a warning, an "
         f"identity-leak error in two splits from max(R, {IDENTITY_ERROR}) "
         f"(default {NEAR_DUPLICATE_THRESHOLD})",
