@@ -47,26 +47,30 @@ def _needs_demo(item) -> bool:
     return not DEMO_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
+def _group(item) -> str | None:
+    """The item's `xdist_group` name, or None."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
+    return mark.args[0] if mark.args else mark.kwargs.get("name")
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark the tests that need the demo build `demo` and the HEAVY ones `heavy`; run
     the `demo` ones last: the grouped ones (a Slurm group holds one worker for its whole
     length) and the heavy ones first among them.
 
     Every xdist worker sorts the same collection the same way, as xdist requires."""
-    grouped = set()
     for item in items:
         if _needs_demo(item):
             item.add_marker(pytest.mark.demo)
         if item.nodeid.startswith(HEAVY):
             item.add_marker(pytest.mark.heavy)
-    for item in items:
-        group = item.get_closest_marker("xdist_group")
-        if group and item.get_closest_marker("demo"):
-            grouped.add(group.args[0] if group.args else group.kwargs.get("name"))
+    demo_groups = {_group(item) for item in items
+               if _group(item) and item.get_closest_marker("demo")}
 
     def rank(item) -> int:
-        group = item.get_closest_marker("xdist_group")
-        if group and (group.args[0] if group.args else group.kwargs.get("name")) in grouped:
+        if _group(item) in demo_groups:
             return 1
         if item.get_closest_marker("demo"):
             # A long demo test started last ran alone at the end (the ANTs test: 50 s).
