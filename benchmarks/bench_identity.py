@@ -137,7 +137,7 @@ def build_set(work: Path, people: int, workers: int = 2) -> dict:
         truth = json.loads(truth_path.read_text())
         if truth["people"] != people:
             raise SystemExit(f"{work} holds a set of {truth['people']} people, not {people}: "
-                             "give --people " + str(truth["people"]) + " or another --work-dir")
+                             f"give --people {truth['people']} or another --work-dir")
         return truth
     (work / "images").mkdir(parents=True, exist_ok=True)
     plan = _plan(people)
