@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mriprep.cache.formats import find_format
+from mriprep.cache.formats import find_format, unknown_format_problem
 from mriprep.cache.formats.base import UNREADABLE
 from mriprep.core.hashing import CHUNK_BYTES
 from mriprep.core.limits import CastLimits, cast_limits
@@ -374,8 +374,7 @@ def scan_tensor_file(
         return scan
     fmt = find_format(path)
     if fmt is None:
-        scan.problems.append((UNREADABLE, "is in no storage format this mriprep knows (by "
-                                          "its suffix); rebuild the entry"))
+        scan.problems.append((UNREADABLE, unknown_format_problem()))
         return scan
     analysis = None
 

@@ -34,7 +34,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
-from mriprep.cache.sidecar import read_sidecar
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import CacheError, MriprepError
 from mriprep.outputs.export import verify_entry_files
@@ -101,9 +100,9 @@ def _one(cache_root: str, entry: IndexEntry, table: LabelTable,
         raise CacheError(f"{entry.finding_name}: image is {image.dtype}, FastSurfer's HDF5 "
                          "holds uint8 0..255; export a cache made with -p conform_1mm")
     labels = np.asarray(cache.load_tensor(entry.key, "label"))
-    spacing = read_sidecar(cache, entry.key).spacing
+    spacing = entry.spacing  # the index holds the sidecar's spacing: no meta.json read
     if spacing is None:
-        raise CacheError(f"{entry.finding_name}: its meta.json records no spacing; rebuild "
+        raise CacheError(f"{entry.finding_name}: its index entry records no spacing; rebuild "
                          "the entry with `mriprep run --force`")
     derived = derive(labels, table, options.view, options.weights, subject_name(entry))
     return slices_of(image, derived, spacing, options.view, options.thickness,

@@ -39,6 +39,13 @@ DEFAULT_CHOICE = "none"
 
 _FORMATS: list[TensorFormat] = []
 _BY_CHOICE: dict[str, TensorFormat] = {}
+# The formats longest suffix first, so that ``.nii.b2nd`` would win over ``.b2nd``: kept
+# with the registry, since every tensor of every Dataset item asks for its format.
+_BY_SUFFIX_LENGTH: list[TensorFormat] = []
+
+
+def _sort_by_suffix() -> None:
+    _BY_SUFFIX_LENGTH[:] = sorted(_FORMATS, key=lambda f: len(f.suffix), reverse=True)
 
 
 def register_format(fmt: TensorFormat) -> TensorFormat:
@@ -59,6 +66,7 @@ def register_format(fmt: TensorFormat) -> TensorFormat:
                              f"{type(other).__name__}; give it another")
     _FORMATS.append(fmt)
     _BY_CHOICE.update(dict.fromkeys(fmt.choices, fmt))
+    _sort_by_suffix()
     return fmt
 
 
@@ -68,6 +76,7 @@ def unregister_format(fmt: TensorFormat) -> None:
         _FORMATS.remove(fmt)
         for choice in fmt.choices:
             _BY_CHOICE.pop(choice, None)
+        _sort_by_suffix()
 
 
 def choices() -> tuple[str, ...]:
@@ -87,19 +96,27 @@ def format_for(choice: str) -> TensorFormat:
 def find_format(path: str | os.PathLike) -> TensorFormat | None:
     """The format of a tensor file by its suffix, None when no format has that suffix."""
     name = Path(path).name
-    for fmt in sorted(_FORMATS, key=lambda f: len(f.suffix), reverse=True):
+    for fmt in _BY_SUFFIX_LENGTH:
         if name.endswith(fmt.suffix):
             return fmt
     return None
+
+
+UNKNOWN_FORMAT = ("is in no storage format this mriprep knows (by its suffix: {suffixes}); "
+                  "rebuild the entry with `mriprep run --force`, or register the format "
+                  "that wrote it")
+
+
+def unknown_format_problem() -> str:
+    """What a file in no registered format is, and the fix (after the file's name)."""
+    return UNKNOWN_FORMAT.format(suffixes=", ".join(f.suffix for f in _FORMATS))
 
 
 def format_of(path: str | os.PathLike) -> TensorFormat:
     """The format of a tensor file by its suffix; CacheError naming the known suffixes."""
     fmt = find_format(path)
     if fmt is None:
-        raise CacheError(f"{path} is in no storage format this mriprep knows (by its suffix: "
-                         f"{', '.join(f.suffix for f in _FORMATS)}); rebuild the entry with "
-                         "`mriprep run --force`, or register the format that wrote it")
+        raise CacheError(f"{path} {unknown_format_problem()}")
     return fmt
 
 
@@ -134,5 +151,5 @@ __all__ = [
     "DEFAULT_CHOICE", "Blosc2Format", "FileScan", "NpyFormat", "RowSink", "StartScan",
     "TensorFormat", "choices", "find_format", "format_for", "format_of", "npy_checksum",
     "npy_header", "open_tensor", "read_tensor", "register_format", "tensor_file_name",
-    "tensor_file_names", "unregister_format",
+    "tensor_file_names", "unknown_format_problem", "unregister_format",
 ]
