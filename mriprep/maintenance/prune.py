@@ -18,7 +18,6 @@ few seconds).
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 import uuid
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mriprep.cache import QC_DIR, Cache, IndexEntry, is_key
+from mriprep.cache.run_report import read_latest_run_report
 from mriprep.core.errors import CacheError
 from mriprep.maintenance.inventory import folder_bytes, take_inventory
 
@@ -162,11 +162,14 @@ def _kept_pipeline(cache: Cache, entries: list[IndexEntry], wanted: str | None) 
 
 
 def _last_run_pipeline(cache: Cache) -> str | None:
+    """The pipeline hash of the last run's report; None without a readable one (prune
+    then asks which pipeline to keep)."""
     try:
-        doc = json.loads((cache.reports_dir / "latest.json").read_text())
-        return doc["pipeline"]["hash"]
-    except (OSError, ValueError, KeyError, TypeError):
+        report = read_latest_run_report(cache.root)
+    except CacheError:
         return None
+    pipeline = report.header.get("pipeline") if report is not None else None
+    return pipeline.get("hash") if isinstance(pipeline, dict) else None
 
 
 def _unindexed_reason(cache: Cache, key: str) -> str:
