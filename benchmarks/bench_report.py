@@ -36,7 +36,7 @@ from mriprep.cache import Cache  # noqa: E402
 from mriprep.demo.cohort import load_demo_cohort  # noqa: E402
 from mriprep.pipelines import DEFAULT_PIPELINE, load_pipeline  # noqa: E402
 from mriprep.qc.gather import gather  # noqa: E402
-from mriprep.qc.outliers import NOT_JUDGED, OUTLIER_Z, robust_z  # noqa: E402
+from mriprep.qc.outliers import OUTLIER_Z, robust_z  # noqa: E402
 from mriprep.qc.report import write_report  # noqa: E402
 from mriprep.qc.store import read_qc  # noqa: E402
 from mriprep.run.cohort import cohort_rows, run_cohort  # noqa: E402
@@ -152,7 +152,10 @@ def threshold(cache_root: Path, cohort: Path) -> None:
     by_ids = {(t["subject_id"], t.get("session_id") or ""): (name, t) for name, t in truth.items()}
     data = gather(cache_root, make_missing=False)
     cached = [s for s in data.subjects if s.status == "cached" and s.qc is not None]
-    metrics = sorted({k for s in cached for k in s.metrics if k not in NOT_JUDGED})
+    # the measures the report judges: a property of the person (head size, a skull-stripped
+    # input) is declared not judged, by the QC or by its stage
+    metrics = sorted({k for s in cached for k in s.metrics
+                      if k not in data.declared or data.declared[k].judge != "none"})
     z = {}
     for metric in metrics:
         values = [s.metrics.get(metric, float("nan")) for s in cached]
