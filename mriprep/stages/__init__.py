@@ -190,7 +190,7 @@ def declared_stage(name: str):
         if candidate:
             try:
                 return get_stage(candidate)
-            except (KeyError, ImportError):
+            except KeyError:  # no such stage; a stage that fails to import must say so
                 continue
     return None
 
