@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 from scipy import ndimage
 
+from mriprep.core.errors import CacheError
 from mriprep.core.volume import Volume
 from mriprep.qc import mosaic
 from mriprep.qc.capture import CauseLayer
@@ -371,7 +372,8 @@ def qc_from_cache(cache, key: str) -> SubjectQC:
     arrays = {name: cache.load_tensor(key, name) for name in ("image", "valid", "label")
               if name in sidecar.tensor_names}
     if sidecar.affine is None:
-        raise ValueError(f"entry {key}: its meta.json records no affine")
+        raise CacheError(f"{cache.entry_dir(key) / 'meta.json'} records no affine; rebuild "
+                         "the entry with `mriprep run --force`")
     output = OutputData(
         image=np.asarray(arrays["image"], dtype=np.float32), valid=np.asarray(arrays["valid"]),
         affine=sidecar.affine, label=arrays.get("label"),
@@ -432,7 +434,7 @@ def _replay(native: Volume, source: str | None,
         run_stages(native, dataclasses.replace(pipeline, steps=tuple(prefix)), observe=capture)
     except Exception as exc:  # noqa: BLE001 - a replay problem is a note, not a failure
         return f"causes of invalid voxels not drawn: replaying the pipeline failed ({exc})"
-    return capture.layers
+    return capture.problem or capture.layers  # a problem of the capture's own is a note
 
 
 def template_from_records(records: Iterable[Mapping[str, Any]]) -> TemplateBrain | None:
