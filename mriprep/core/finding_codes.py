@@ -22,7 +22,8 @@ from dataclasses import dataclass
 class Severity(str, enum.Enum):
     """How bad a finding is: an error fails the gate, a warning is reported only.
 
-    A member equals its string (``Severity.ERROR == "error"``), so callers may pass either.
+    A member equals its string (``Severity.ERROR == "error"``), so a finding's severity
+    compares with the plain strings of JSON reports and tests.
     """
 
     ERROR = "error"
