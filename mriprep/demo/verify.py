@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import nibabel as nib
 import numpy as np
 
-from mriprep.stages import declared_reading, declared_stage
+from mriprep.stages import declared_reading
 from mriprep.stages.qc_declaration import (
     FILLED_COUNTS,
     FLAGGED_SLICES,
@@ -154,14 +154,11 @@ def refusal_causes(result: SubjectResult) -> list[str]:
     """What a failed subject's refusal names: the causes the failing stage declares its
     refusals name (registration's failure, the plausibility checks that failed); none
     for a stage that declares none."""
-    stage = result.stage
-    metrics = (result.metrics or {}).get(stage) or {}
-    declared = declared_stage(stage) if stage else None
-    reading = declared.qc.readings.get(REFUSAL_CAUSES) \
-        if declared is not None and declared.qc is not None else None
-    if reading is None or not isinstance(metrics, dict):
+    if not result.stage:
         return []
-    return [str(cause) for cause in reading(metrics)]
+    found = declared_reading({result.stage: (result.metrics or {}).get(result.stage) or {}},
+                             REFUSAL_CAUSES)
+    return [str(cause) for cause in found[1]] if found else []
 
 
 def _defect_verdict(name, scan, defect, metrics, findings, subjects) -> Verdict | None:
