@@ -85,7 +85,7 @@ def write_report(cache_root: str | os.PathLike, out_dir: str | os.PathLike | Non
     # subjects' stages').
     declared = data.declared
     columns = [name for name, metric in declared.items() if metric.column]
-    plot = _cohort_plot(data, out, columns, declared)
+    plot = _cohort_plot(data, out, columns)
     pages = set()
     for i, subject in enumerate(data.subjects):
         neighbours = dict(previous=data.subjects[i - 1] if i > 0 else None,
@@ -257,7 +257,7 @@ def _jpeg_size(path: Path) -> tuple[int, int] | None:
         return None
 
 
-def _cohort_plot(data: ReportData, out: Path, columns: list[str], declared: dict):
+def _cohort_plot(data: ReportData, out: Path, columns: list[str]):
     from mriprep.qc.plots import distributions_png
 
     cached = [s for s in data.subjects if s.status == "cached" and s.qc is not None]
@@ -271,7 +271,7 @@ def _cohort_plot(data: ReportData, out: Path, columns: list[str], declared: dict
             values.setdefault(metric, {}).setdefault(s.split, []).append(float(v))
             flagged.setdefault(metric, {}).setdefault(s.split, []).append(
                 any(o.metric == metric for o in s.outliers))
-    png = distributions_png(values, flagged, {m: declared[m].label for m in values})
+    png = distributions_png(values, flagged, {m: data.declared[m].label for m in values})
     path = out / "distributions.png"
     if png is None:
         path.unlink(missing_ok=True)

@@ -185,7 +185,7 @@ def _input_picture(native: Volume, layers: list[CauseLayer],
             causes[(causes == 0) & scanned & ~np.isfinite(raw)] = not_finite_code()
             shown.update(np.unique(causes[causes > 0]).tolist())
             mosaic.paint_causes(tile, causes)
-    return {"input": (mosaic.encode_jpeg(mosaic.compose(rgb)), _cause_names(shown))}
+    return {"input": (mosaic.encode_jpeg(mosaic.compose(rgb)), cause_names(shown))}
 
 
 def _output_pictures(output: OutputData, layers: list[CauseLayer],
@@ -211,7 +211,7 @@ def _output_pictures(output: OutputData, layers: list[CauseLayer],
             causes = np.where(invalid, np.where(known > 0, known, unexplained), 0)
             shown.update(np.unique(causes[causes > 0]).tolist())
             mosaic.paint_causes(tile, causes.astype(np.uint8))
-    pictures["output"] = (mosaic.encode_jpeg(mosaic.compose(causes_rgb)), _cause_names(shown))
+    pictures["output"] = (mosaic.encode_jpeg(mosaic.compose(causes_rgb)), cause_names(shown))
 
     if template is not None:
         outline_rgb = {p: [t.copy() for t in ts] for p, ts in base.items()}
@@ -296,10 +296,6 @@ def _box_mask(data: np.ndarray, usable: np.ndarray, affine: np.ndarray, step: in
     ok = usable[::step, ::step, ::step] & np.isfinite(coarse)
     scaled = affine @ np.diag([step, step, step, 1.0])
     return foreground_mask(coarse, ok), scaled
-
-
-def _cause_names(codes: Iterable[int]) -> list[str]:
-    return cause_names(codes)
 
 
 # -- metrics --------------------------------------------------------------------------
