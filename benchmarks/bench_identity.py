@@ -101,6 +101,7 @@ def _write_one(job) -> dict:
     import nibabel as nib
     from scipy import ndimage
 
+    from mriprep.core.atomic import atomic_path
     from mriprep.demo.scanner import acquire, random_pose
 
     root, index, name, anatomy_name, acq_name = job
@@ -124,9 +125,8 @@ def _write_one(job) -> dict:
     img = nib.Nifti1Image(data.astype(np.float32), scan.affine)
     img.set_qform(scan.affine, code=1)
     img.set_sform(scan.affine, code=1)
-    partial = path.parent / f"partial-{path.name}"  # a killed build leaves no half file
-    nib.save(img, partial)
-    partial.rename(path)
+    with atomic_path(path, suffix=".nii.gz") as partial:  # a killed build leaves no half file
+        nib.save(img, partial)
     return done
 
 

@@ -42,6 +42,7 @@ ACQUISITIONS = (((1.0, 1.0, 1.0), "axial", (False, False, False)),
 def _scan_one(job: tuple[str, int]) -> str:
     import nibabel as nib
 
+    from mriprep.core.atomic import atomic_path
     from mriprep.demo.calibration import person
     from mriprep.demo.scanner import Acquisition, acquire, random_pose
 
@@ -56,9 +57,8 @@ def _scan_one(job: tuple[str, int]) -> str:
     img = nib.Nifti1Image(scan.data.astype(np.float32), scan.affine)
     img.set_qform(scan.affine, code=1)
     img.set_sform(scan.affine, code=1)
-    partial = path.parent / f"partial-{path.name}"  # a killed build leaves no half file
-    nib.save(img, partial)
-    partial.rename(path)
+    with atomic_path(path, suffix=".nii.gz") as partial:  # a killed build leaves no half file
+        nib.save(img, partial)
     return str(path)
 
 
