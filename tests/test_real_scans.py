@@ -21,8 +21,9 @@ from mriprep.stages import get_stage
 from mriprep.stages.registration.geometry import rigid_matrix, target_registration_error
 from mriprep.stages.registration.template import template_brain_points
 
-pytestmark = pytest.mark.skipif(real_scans_folder() is None,
-                                reason=f"real scans not installed: {HOW_TO_GET}")
+pytestmark = [pytest.mark.skipif(real_scans_folder() is None,
+                                 reason=f"real scans not installed: {HOW_TO_GET}"),
+              pytest.mark.calibration]
 
 POSES = {
     "reference": rigid_matrix((4.0, -3.0, 6.0), (3.0, -5.0, 2.0)),

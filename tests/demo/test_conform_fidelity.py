@@ -27,7 +27,7 @@ from tests.stages.conftest import TEST_PERSON
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
-pytestmark = pytest.mark.xdist_group("conform_fidelity")
+pytestmark = [pytest.mark.xdist_group("conform_fidelity"), pytest.mark.calibration]
 
 
 @functools.lru_cache(maxsize=1)

@@ -81,6 +81,7 @@ def test_a_good_head_of_another_person_passes_with_every_measure_reported():
     np.testing.assert_array_equal(out.data, _volume(_good_scan()).data)  # unchanged
 
 
+@pytest.mark.calibration  # the calibration set's built failures: another person, seconds each
 @pytest.mark.parametrize("case", plausibility_cases(), ids=lambda c: c.name)
 def test_each_built_failure_is_refused_naming_its_check_and_value(case):
     expected = {"shear": "sheared", "voxel_size": "voxel size", "no_head": "no head",

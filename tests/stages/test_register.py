@@ -43,7 +43,7 @@ from .conftest import TEST_PERSON
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
-pytestmark = pytest.mark.xdist_group("register")
+pytestmark = [pytest.mark.xdist_group("register"), pytest.mark.calibration]
 
 POSE = rigid((7.0, -5.0, 8.0), (6.0, -8.0, 4.0))
 SECOND_POSE = rigid((-6.0, 4.0, -12.0), (-5.0, 7.0, -3.0))

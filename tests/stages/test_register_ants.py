@@ -13,6 +13,9 @@ from mriprep.stages.registration.geometry import target_registration_error
 from mriprep.stages.registration.template import template_brain_points
 
 
+pytestmark = pytest.mark.calibration
+
+
 @pytest.fixture(scope="module")
 def brain_points():
     return template_brain_points("mni152")

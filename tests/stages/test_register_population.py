@@ -34,7 +34,7 @@ from .test_register import POSE, prepared
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
-pytestmark = pytest.mark.xdist_group("register_population")
+pytestmark = [pytest.mark.xdist_group("register_population"), pytest.mark.calibration]
 
 # How far apart two registrations of one head in one pose may turn it (degrees): the
 # calibration set's consistency is about 0.1 mm over the brain, about 0.05 degrees.
