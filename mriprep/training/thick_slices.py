@@ -36,6 +36,7 @@ import torch
 from torch.utils.data import Dataset
 
 from mriprep.cache import Cache
+from mriprep.cache.formats.npy import open_npy
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import CacheError, InputError
 from mriprep.core.hashing import sha256_hex
@@ -121,7 +122,7 @@ class ThickSliceDataset(Dataset):
             for name, array in self._derive(e).items():
                 with atomic_path(paths[name], suffix=".npy") as tmp:
                     np.save(tmp, array)
-        return {name: np.load(path, mmap_mode="r") for name, path in paths.items()}
+        return {name: open_npy(path) for name, path in paths.items()}
 
     def _options_hash(self) -> str:
         text = f"{self.table.hash()}{self.weights!r}".encode()

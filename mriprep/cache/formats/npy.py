@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,6 +26,20 @@ from mriprep.cache.formats.base import (
     TensorFormat,
 )
 from mriprep.core.hashing import CHUNK_BYTES, digest_stream, file_checksum, new_checksum
+
+
+# NumPy parses a .npy header with ast.literal_eval, and CPython's AST builder counts its
+# recursion depth per interpreter, not per thread: threads opening files at once can fail
+# with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905).
+# `make test` met it with Python 3.11.7 in the threads loader. Opening a map takes
+# microseconds, so opening is serialised; reading the voxels is not.
+_HEADER_LOCK = threading.Lock()
+
+
+def open_npy(path: str | os.PathLike) -> np.memmap:
+    """``path`` memory-mapped read-only, never unpickled; safe from any thread."""
+    with _HEADER_LOCK:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
 def npy_header(array: np.ndarray) -> bytes:
@@ -53,10 +68,11 @@ class NpyFormat(TensorFormat):
         np.save(fh, array, allow_pickle=False)
 
     def open(self, path: str | os.PathLike) -> Any:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        return open_npy(path)
 
     def read(self, path: str | os.PathLike, mmap: bool = True) -> np.ndarray:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        mapped = open_npy(path)
+        return mapped if mmap else np.array(mapped)
 
     def written_checksum(self, path: Path, array: np.ndarray, size: int) -> str | None:
         """From memory, when the file starts with the header this module expects and has
@@ -72,15 +88,15 @@ class NpyFormat(TensorFormat):
         return npy_checksum(array, header)[0]
 
     def scan(self, path: Path, buffer: bytearray | None, start: StartScan) -> FileScan:
-        """One read of the file: the header is parsed by ``np.load(..., mmap_mode="r",
-        allow_pickle=False)``, exactly as the Dataset opens the file, so a file that
+        """One read of the file: the header is parsed by :func:`open_npy`, exactly as
+        the Dataset opens the file, so a file that
         cannot be memory-mapped safely is reported here; then the data are read in chunks
         of whole slices into ``buffer``, each feeding the checksum and, while it is still
         in the CPU cache, the sink. A short file or bytes after the data are
         ``FILE_SIZE`` problems, Fortran order a ``LAYOUT`` one (no values analysed)."""
         scan = FileScan()
         try:
-            mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+            mapped = open_npy(path)
             dtype, shape, offset = mapped.dtype, tuple(mapped.shape), int(mapped.offset)
             fortran = mapped.ndim > 1 and not mapped.flags.c_contiguous
             del mapped
