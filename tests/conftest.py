@@ -23,6 +23,10 @@ os.environ.setdefault("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# How far the test workers lower their priority under the demo build's (os.nice): at 5 a
+# process gets about a third of the CPU share of one at 0.
+WORKER_NICENESS = 5
+
 # What `make test-fast` leaves out besides `slow` and `demo`: tests that build or register
 # whole synthetic or real heads, seconds each (the slowest of `make test`'s durations).
 HEAVY = (
@@ -58,7 +62,8 @@ def _group(item) -> str | None:
 def pytest_collection_modifyitems(config, items):
     """Mark the tests that need the demo build `demo` and the HEAVY ones `heavy`; run
     the `demo` ones last: the grouped ones (a Slurm group holds one worker for its whole
-    length) and the heavy ones first among them.
+    length) and the heavy ones first among them, and within a group the members that
+    need no demo build first.
 
     Every xdist worker sorts the same collection the same way, as xdist requires."""
     for item in items:
@@ -69,13 +74,17 @@ def pytest_collection_modifyitems(config, items):
     demo_groups = {_group(item) for item in items
                if _group(item) and item.get_closest_marker("demo")}
 
-    def rank(item) -> int:
+    def rank(item) -> tuple[int, bool]:
+        needs_demo = bool(item.get_closest_marker("demo"))
         if _group(item) in demo_groups:
-            return 1
-        if item.get_closest_marker("demo"):
+            # xdist hands out the largest group first, whatever this order, and its worker
+            # runs it in this order: the members that do not wait for the demo build
+            # first, so that they are done while the build runs (the Slurm group).
+            return 1, needs_demo
+        if needs_demo:
             # A long demo test started last ran alone at the end (the ANTs test: 50 s).
-            return 1 if item.get_closest_marker("heavy") else 2
-        return 0
+            return (1 if item.get_closest_marker("heavy") else 2), True
+        return 0, False
 
     items.sort(key=rank)  # stable: collection order within each rank
 
@@ -114,6 +123,10 @@ def _demo_build_in_background(request, tmp_path_factory):
         yield
         return
     process = start_background_build(shared_folder(tmp_path_factory))
+    # The build is the run's critical path: every `demo` test waits for it, and a worker
+    # holding the Slurm group waits idle. The workers step back for it (their children
+    # too), while the build keeps the priority it was started with.
+    os.nice(WORKER_NICENESS)
     yield
     if process is None:
         return
