@@ -122,7 +122,10 @@ def _demo_build_in_background(request, tmp_path_factory):
     if not any(item.get_closest_marker("demo") for item in request.session.items):
         yield
         return
-    process = start_background_build(shared_folder(tmp_path_factory))
+    # The cohort alone when no selected test reads a cache built from it (the ANTs test
+    # of `make test-calibration`): the default pipeline over it is a minute of both cores.
+    cache = any("demo_cache" in getattr(item, "fixturenames", ()) for item in request.session.items)
+    process = start_background_build(shared_folder(tmp_path_factory), cache=cache)
     # The build is the run's critical path: every `demo` test waits for it, and a worker
     # holding the Slurm group waits idle. The workers step back for it (their children
     # too), while the build keeps the priority it was started with.

@@ -8,7 +8,8 @@ process group as soon as a session knows it will need it, and the tests that nee
 last (``tests/conftest.py``), so the other tests keep the cores busy meanwhile. The
 fixtures then only wait on :func:`tests.built_once.built_once_in`'s lock.
 
-``python -m tests.demo_build FOLDER`` builds both into FOLDER, as the fixtures would.
+``python -m tests.demo_build FOLDER`` builds both into FOLDER, as the fixtures would;
+``--cohort-only`` the cohort alone, for a session whose tests need no cache.
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ def demo_cache_in(base: Path) -> DemoCache:
     return built_once_in(base, "demo_cache", build)
 
 
-def start_background_build(base: Path) -> subprocess.Popen | None:
-    """Start ``python -m tests.demo_build base`` unless a session of this run already
-    did; returns the process this call started (None otherwise)."""
+def start_background_build(base: Path, cache: bool = True) -> subprocess.Popen | None:
+    """Start ``python -m tests.demo_build base`` (the cohort alone unless ``cache``)
+    unless a session of this run already did; returns the process this call started
+    (None otherwise)."""
     try:
         os.close(os.open(base / STARTED, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
@@ -75,8 +77,8 @@ def start_background_build(base: Path) -> subprocess.Popen | None:
     env = dict(os.environ)
     env.pop("PYTEST_XDIST_WORKER", None)
     with open(base / LOG, "w") as log:
-        return subprocess.Popen([sys.executable, "-m", "tests.demo_build", str(base)],
-                                cwd=REPO_ROOT, env=env, stdout=log, stderr=log,
+        return subprocess.Popen([sys.executable, "-m", "tests.demo_build", str(base)]
+                                + ([] if cache else ["--cohort-only"]), cwd=REPO_ROOT, env=env, stdout=log, stderr=log,
                                 start_new_session=True)
 
 
@@ -90,6 +92,7 @@ def stop_background_build(process: subprocess.Popen) -> None:
 
 if __name__ == "__main__":
     # Through the module's own name: the pickled DemoCache must be tests.demo_build's.
-    from tests.demo_build import demo_cache_in as build
+    from tests.demo_build import demo_cache_in as build_cache
+    from tests.demo_build import demo_cohort_in as build_cohort
 
-    build(Path(sys.argv[1]))
+    (build_cohort if "--cohort-only" in sys.argv[2:] else build_cache)(Path(sys.argv[1]))
