@@ -27,7 +27,7 @@ from tests.stages.conftest import TEST_PERSON
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
-pytestmark = [pytest.mark.xdist_group("conform_fidelity"), pytest.mark.calibration]
+pytestmark = pytest.mark.xdist_group("conform_fidelity")
 
 
 @functools.lru_cache(maxsize=1)
@@ -96,6 +96,7 @@ def test_extreme_voxels_do_not_change_the_conformed_image_elsewhere():
     assert clean.max() == image.max() == 255
 
 
+@pytest.mark.calibration  # a real head at 1 mm, straight and tilted: seconds each
 @pytest.mark.skipif(real_scan("colin27") is None, reason=HOW_TO_GET)
 def test_real_colin27_as_stored_and_tilted_by_20_degrees():
     img = nib.load(real_scan("colin27"))

@@ -43,7 +43,10 @@ from .conftest import TEST_PERSON
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
-pytestmark = [pytest.mark.xdist_group("register"), pytest.mark.calibration]
+pytestmark = pytest.mark.xdist_group("register")
+# The tests that register whole heads are the calibration tier (make test-calibration):
+# the demo run of `make test` registers twelve scans of other people against their truth.
+calibration = pytest.mark.calibration
 
 POSE = rigid((7.0, -5.0, 8.0), (6.0, -8.0, 4.0))
 SECOND_POSE = rigid((-6.0, 4.0, -12.0), (-5.0, 7.0, -3.0))
@@ -90,12 +93,14 @@ def _within_truth(estimated, truth, points):
     assert mean <= TRUTH_MEAN_LIMIT_MM and worst <= TRUTH_MAX_LIMIT_MM, (mean, worst)
 
 
+@calibration
 def test_registration_of_another_person_lands_on_the_known_rigid_truth(
         scan, registered, brain_points):
     _within_truth(registered.pending.template_to_subject, scan.template_to_subject,
                   brain_points)
 
 
+@calibration
 def test_two_poses_of_one_person_register_consistently_with_the_known_motion(
         scan, registered, brain_points):
     """A thick oblique scan of the same person in another pose: its transform agrees
@@ -111,6 +116,7 @@ def test_two_poses_of_one_person_register_consistently_with_the_known_motion(
     _within_truth(second, thick.template_to_subject, brain_points)
 
 
+@calibration
 def test_stage_hands_the_transform_to_resample_and_records_it(subject, registered):
     template = load_template("mni152")
     assert registered.data is subject.data  # registration never resamples
@@ -138,6 +144,7 @@ def test_stage_hands_the_transform_to_resample_and_records_it(subject, registere
     )
 
 
+@calibration
 def test_same_seed_and_threads_give_bit_identical_transforms(subject, registered):
     again = register_volume(subject, RegisterParams())
     first = registered.record_of("register").metrics
@@ -147,6 +154,7 @@ def test_same_seed_and_threads_give_bit_identical_transforms(subject, registered
     assert list(again.iterations) == first["iterations"]
 
 
+@calibration
 def test_invalid_voxels_do_not_pull_the_registration(subject, brain_points):
     """A 20 mm slab of slices moved by 12 mm and 2.5x brighter (motion and a gain jump
     during part of the acquisition): marked invalid, it changes nothing, bit for bit,
@@ -179,6 +187,7 @@ def _refusal(volume: Volume) -> StageError:
     return error
 
 
+@calibration
 @pytest.mark.parametrize("header_error", ["rot90_lr", "rot180_si", "flip_ap", "permuted"])
 def test_a_wrong_header_orientation_is_refused_and_named(scan, header_error):
     """Quarter and half turns, a front-back flip, permuted axes: each registers well
@@ -192,6 +201,7 @@ def test_a_wrong_header_orientation_is_refused_and_named(scan, header_error):
     assert error.metrics["rotation_deg"] > 45 and error.metrics["similarity"] > 0.45
 
 
+@calibration
 def test_a_partial_field_of_view_is_refused_as_such(scan):
     slab = slab_of(lambda: scan, 0.5, 40.0)
     error = _refusal(prepared(slab, "slab"))
@@ -199,6 +209,7 @@ def test_a_partial_field_of_view_is_refused_as_such(scan):
     assert "covers only part of the brain" in str(error)
 
 
+@calibration
 def test_noise_without_a_head_is_refused_as_no_brain():
     rng = np.random.default_rng(3)
     shape = (120, 140, 120)
@@ -210,6 +221,7 @@ def test_noise_without_a_head_is_refused_as_no_brain():
     assert "header" not in str(error)
 
 
+@calibration
 def test_a_head_of_another_species_size_is_refused_as_head_size():
     """A head shrunk to 0.45 keeps its neck (about 136 mm long) but is shorter than a
     small adult's brain alone (about 150 mm): its length names it."""
@@ -224,6 +236,7 @@ def test_a_head_of_another_species_size_is_refused_as_head_size():
     assert "outside the human range 142-450 mm" in str(error)
 
 
+@calibration
 def test_a_t2_contrast_is_refused_without_blaming_the_header():
     t2 = person(TEST_PERSON + 2, contrast="t2")
     error = _refusal(prepared(scan_of(t2), "t2-head"))
