@@ -47,8 +47,12 @@ HEAVY = (
 )
 
 
-def _needs_demo(item) -> bool:
-    return not DEMO_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+def _demo_need(item) -> int:
+    """0: no demo build; 1: the demo cohort only (ready before the cache); 2: its cache."""
+    names = set(getattr(item, "fixturenames", ()))
+    if names.isdisjoint(DEMO_FIXTURES):
+        return 0
+    return 2 if "demo_cache" in names else 1
 
 
 def _group(item) -> str | None:
@@ -60,31 +64,27 @@ def _group(item) -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the tests that need the demo build `demo` and the HEAVY ones `heavy`; run
-    the `demo` ones last: the grouped ones (a Slurm group holds one worker for its whole
-    length) and the heavy ones first among them, and within a group the members that
-    need no demo build first.
+    """Mark the tests that need the demo build `demo` and the HEAVY ones `heavy`, and
+    order them: the tests that need no demo build first, then those that need its
+    cohort only (it is ready half-way through the build), then those that need its
+    cache, the heavy ones first among them. xdist hands out a group of tests before any
+    single test, whatever this order, and its worker runs it in this order: a group's
+    members run in the same three steps, so that those that wait for nothing are done
+    while the build runs (the Slurm group holds one worker for its whole length).
 
     Every xdist worker sorts the same collection the same way, as xdist requires."""
     for item in items:
-        if _needs_demo(item):
+        if _demo_need(item):
             item.add_marker(pytest.mark.demo)
         if item.nodeid.startswith(HEAVY):
             item.add_marker(pytest.mark.heavy)
-    demo_groups = {_group(item) for item in items
-               if _group(item) and item.get_closest_marker("demo")}
 
-    def rank(item) -> tuple[int, bool]:
-        needs_demo = bool(item.get_closest_marker("demo"))
-        if _group(item) in demo_groups:
-            # xdist hands out the largest group first, whatever this order, and its worker
-            # runs it in this order: the members that do not wait for the demo build
-            # first, so that they are done while the build runs (the Slurm group).
-            return 1, needs_demo
-        if needs_demo:
-            # A long demo test started last ran alone at the end (the ANTs test: 50 s).
-            return (1 if item.get_closest_marker("heavy") else 2), True
-        return 0, False
+    def rank(item) -> tuple[int, int]:
+        need = _demo_need(item)
+        if need < 2:
+            return need, 0
+        # A long demo test started last ran alone at the end (the ANTs test: 50 s).
+        return 2, 0 if item.get_closest_marker("heavy") else 1
 
     items.sort(key=rank)  # stable: collection order within each rank
 
