@@ -55,14 +55,6 @@ def _demo_need(item) -> int:
     return 2 if "demo_cache" in names else 1
 
 
-def _group(item) -> str | None:
-    """The item's `xdist_group` name, or None."""
-    mark = item.get_closest_marker("xdist_group")
-    if mark is None:
-        return None
-    return mark.args[0] if mark.args else mark.kwargs.get("name")
-
-
 def pytest_collection_modifyitems(config, items):
     """Mark the tests that need the demo build `demo` and the HEAVY ones `heavy`, and
     order them: the tests that need no demo build first, then those that need its

@@ -77,8 +77,9 @@ def start_background_build(base: Path, cache: bool = True) -> subprocess.Popen |
     env = dict(os.environ)
     env.pop("PYTEST_XDIST_WORKER", None)
     with open(base / LOG, "w") as log:
-        return subprocess.Popen([sys.executable, "-m", "tests.demo_build", str(base)]
-                                + ([] if cache else ["--cohort-only"]), cwd=REPO_ROOT, env=env, stdout=log, stderr=log,
+        command = [sys.executable, "-m", "tests.demo_build", str(base)]
+        return subprocess.Popen(command + ([] if cache else ["--cohort-only"]),
+                                cwd=REPO_ROOT, env=env, stdout=log, stderr=log,
                                 start_new_session=True)
 
 

@@ -43,10 +43,10 @@ from tests.cache_clone import clone_cache
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(sys.executable).parent
-# A child process that registers this module's stages, then runs the mriprep CLI.
-# `mriprep run` in a child process, with Ctrl-C as a terminal delivers it: a shell without
-# job control (CI, `make test &`) starts background commands with SIGINT ignored, every
-# child inherits that, and the Ctrl-C tests would then time a run that cannot be stopped.
+# A child process that registers this module's stages, then runs the mriprep CLI with
+# Ctrl-C as a terminal delivers it: a shell without job control (CI, `make test &`) starts
+# background commands with SIGINT ignored, every child inherits that, and the Ctrl-C
+# tests would then time a run that cannot be stopped.
 CLI_BOOT = ("import signal, sys, tests.run.test_runner; from mriprep.cli import main; "
             "signal.signal(signal.SIGINT, signal.default_int_handler); sys.exit(main())")
 
