@@ -58,8 +58,8 @@ def _demo_need(item) -> int:
 def pytest_collection_modifyitems(config, items):
     """Mark the tests that need the demo build `demo` and the HEAVY ones `heavy`, and
     order them: the tests that need no demo build first, then those that need its
-    cohort only (it is ready half-way through the build), then those that need its
-    cache, the heavy ones first among them. xdist hands out a group of tests before any
+    cohort only (ready before the cache), then those that need its cache, the heavy ones
+    first among them. xdist hands out a group of tests before any
     single test, whatever this order, and its worker runs it in this order: a group's
     members run in the same three steps, so that those that wait for nothing are done
     while the build runs (the Slurm group holds one worker for its whole length).
@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(config, items):
         need = _demo_need(item)
         if need < 2:
             return need, 0
-        # A long demo test started last ran alone at the end (the ANTs test: 50 s).
+        # A long test started last runs alone at the end (tests/demo/test_demo.py).
         return 2, 0 if item.get_closest_marker("heavy") else 1
 
     items.sort(key=rank)  # stable: collection order within each rank

@@ -271,8 +271,8 @@ def _smooth_field(shape, rng: np.random.Generator, spacing_mm: float,
         knots = rng.standard_normal(coarse)
         field = ndimage.zoom(knots, [(m - 1) / (k - 1) for m, k in zip(middle, coarse)],
                              order=3, grid_mode=False).astype(np.float32)
-        # The spline's grid comes out a little larger than ``middle``; stretching it by
-        # the zoom ``middle`` asks for overshoots ``shape``, and the overshoot is cut.
+        # The spline's grid comes out a little larger than ``middle``: stretched by
+        # (n - 1) / (m - 1) it reaches at least ``shape``, and only ``shape`` is kept.
         stretched = tuple(int(round(f * ((n - 1) / (m - 1))))
                           for f, n, m in zip(field.shape, shape, middle))
         field = _linear_zoom(field, stretched, shape)
@@ -286,7 +286,7 @@ def _linear_zoom(field: np.ndarray, stretched: tuple[int, ...],
     to corner (``ndimage.zoom(order=1, grid_mode=False)`` then a crop, to rounding).
 
     One axis at a time, and only the voxels kept: a fourth of the CPU of a 3D zoom, which
-    had been a third of building a person (docs/benchmarks.md, "Demo data")."""
+    had been half of building a person (docs/benchmarks.md, "Demo data")."""
     for axis, (size, stretch) in enumerate(zip(shape, stretched)):
         n_in = field.shape[axis]
         position = np.arange(size) * ((n_in - 1) / (stretch - 1))

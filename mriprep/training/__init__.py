@@ -21,9 +21,10 @@ has those and the TorchIO side (:func:`to_torchio_subject`, :func:`torchio_subje
 How the loader reads, and why
 -----------------------------
 Opening a dataset reads ``index.json`` only (slice mode also reads each valid mask once,
-to list the usable slices). A ``.npy`` tensor is memory-mapped with
-``np.load(mmap_mode="r", allow_pickle=False)`` when an item is read, and copied once,
-straight from the page cache into the batch tensor: no per-item arrays, no collate copy.
+to list the usable slices). A ``.npy`` tensor is memory-mapped read-only and never
+unpickled (:func:`mriprep.cache.formats.npy.open_npy`) when an item is read, and copied
+once, straight from the page cache into the batch tensor: no per-item arrays, no collate
+copy.
 A compressed tensor (``.b2nd``, :mod:`mriprep.cache.formats`) decodes only the chunks of
 axis-0 slices the item touches, then is copied (and cast) into the batch tensor the same
 way; ``make bench`` (storage) measures what that costs against the ``.npy``.

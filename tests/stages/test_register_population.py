@@ -34,7 +34,9 @@ from .test_register import POSE, prepared
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
-pytestmark = [pytest.mark.xdist_group("register_population"), pytest.mark.calibration]
+pytestmark = pytest.mark.xdist_group("register_population")
+# Every test that registers a head is the calibration tier (make test-calibration).
+calibration = pytest.mark.calibration
 
 # How far apart two registrations of one head in one pose may turn it (degrees): the
 # calibration set's consistency is about 0.1 mm over the brain, about 0.05 degrees.
@@ -71,6 +73,7 @@ def _turn_between(a: np.ndarray, b: np.ndarray) -> float:
     return rotation_angle_deg(decompose_linear(a)[0].T @ decompose_linear(b)[0])
 
 
+@calibration
 @pytest.mark.parametrize("scale", [0.82, 1.18])
 def test_small_and_large_adult_heads_are_accepted_in_the_same_pose(scale):
     """A rigid fit of a head 18% smaller or larger than the template correlated like a
@@ -90,6 +93,7 @@ def test_small_and_large_adult_heads_are_accepted_in_the_same_pose(scale):
 PROPORTIONS = (0.9, 1.15, 0.88)
 
 
+@calibration
 def test_a_head_of_other_proportions_is_accepted_with_its_sizes_along_each_axis():
     """An isotropic fit of this head correlated like a failure (Colin27 at (0.9, 1.15,
     0.85): similarity 0.31, 'not a T1'); the affine part of the fit measures each
@@ -104,6 +108,7 @@ def test_a_head_of_other_proportions_is_accepted_with_its_sizes_along_each_axis(
                          _reference().template_to_subject) < SAME_POSE_DEG
 
 
+@calibration
 def test_slices_declared_too_thin_are_refused_for_the_head_size_along_that_axis():
     """A header that gives the slices 0.6 of their real spacing squashes the head along
     one axis: its isotropic size (measured 0.82x) passes, its size along that axis
@@ -117,6 +122,7 @@ def test_slices_declared_too_thin_are_refused_for_the_head_size_along_that_axis(
     assert min(metrics["head_axis_scales"]) < RegisterParams().min_head_scale
 
 
+@calibration
 def test_a_tenfold_receive_field_is_accepted_in_the_same_pose():
     """An uncorrected surface coil varies about 9x across the head; at 4x the search
     already chose the wrong orientation. N4 on the search level divides it out."""
@@ -130,6 +136,7 @@ def test_a_tenfold_receive_field_is_accepted_in_the_same_pose():
                          _reference().template_to_subject) < SAME_POSE_DEG
 
 
+@calibration
 def test_a_skull_stripped_input_is_detected_and_reported():
     stripped = register_volume(prepared(skull_stripped(_scan())), RegisterParams())
     assert stripped.details["skull_stripped"] is True
@@ -146,6 +153,7 @@ def test_a_skull_stripped_input_is_detected_and_reported():
     assert mean <= STRIPPED_AGREEMENT_MM, mean
 
 
+@calibration
 def test_the_output_can_bring_the_brain_to_template_size(tmp_path):
     """``transform: similarity`` applies the fit with its scale; the ITK file holds that
     map (an AffineTransform), and the rigid default stays a rotation."""
@@ -167,6 +175,7 @@ def test_the_output_can_bring_the_brain_to_template_size(tmp_path):
     np.testing.assert_allclose(mapped, applied[:3, :3] @ point + applied[:3, 3], atol=1e-6)
 
 
+@calibration
 def test_the_output_can_bring_the_brain_to_template_size_and_proportions(tmp_path):
     """``transform: affine`` applies the whole fit: its sizes along each axis are the
     head's, and the ITK file maps points as the matrix does."""
