@@ -23,10 +23,6 @@ os.environ.setdefault("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-# How far the test workers lower their priority under the demo build's (os.nice): at 5 a
-# process gets about a third of the CPU share of one at 0.
-WORKER_NICENESS = 5
-
 # What `make test-fast` leaves out besides `slow` and `demo`: tests that build or register
 # whole synthetic or real heads, seconds each (the slowest of `make test`'s durations).
 HEAVY = (
@@ -118,10 +114,8 @@ def _demo_build_in_background(request, tmp_path_factory):
     # of `make test-calibration`): the default pipeline over it is a minute of both cores.
     cache = any("demo_cache" in getattr(item, "fixturenames", ()) for item in request.session.items)
     process = start_background_build(shared_folder(tmp_path_factory), cache=cache)
-    # The build is the run's critical path: every `demo` test waits for it, and a worker
-    # holding the Slurm group waits idle. The workers step back for it (their children
-    # too), while the build keeps the priority it was started with.
-    os.nice(WORKER_NICENESS)
+    # No os.nice for the workers to step back for it: under it the tests that time a
+    # run (Ctrl-C on Slurm) starved and failed, and the whole run was no shorter.
     yield
     if process is None:
         return

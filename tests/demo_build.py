@@ -78,13 +78,9 @@ def start_background_build(base: Path, cache: bool = True) -> subprocess.Popen |
     env.pop("PYTEST_XDIST_WORKER", None)
     with open(base / LOG, "w") as log:
         command = [sys.executable, "-m", "tests.demo_build", str(base)]
-        # Its own process group (a terminal's Ctrl-C and stop_background_build's killpg
-        # reach it as a whole), but the session of the tests: with the kernel's autogroup
-        # scheduling, the workers' os.nice only counts against processes of their session.
-        own_group = ({"process_group": 0} if sys.version_info >= (3, 11)
-                     else {"preexec_fn": os.setpgrp})
         return subprocess.Popen(command + ([] if cache else ["--cohort-only"]),
-                                cwd=REPO_ROOT, env=env, stdout=log, stderr=log, **own_group)
+                                cwd=REPO_ROOT, env=env, stdout=log, stderr=log,
+                                start_new_session=True)
 
 
 def stop_background_build(process: subprocess.Popen) -> None:
