@@ -1,9 +1,10 @@
 """Synthetic people built once per test run, whatever the number of xdist workers.
 
-A synthetic person (:func:`mriprep.demo.anatomy.synthetic_person`) takes about 6 s of
-one core, 11 s for a process's first (the template on its canvas is built once per
-process), and :func:`mriprep.demo.calibration.person` keeps it for its own process only:
-with two xdist workers, most of the people the suite uses were built twice.
+A synthetic person (:func:`mriprep.demo.anatomy.synthetic_person`) takes about 3 s of
+one core, 7 s for a process's first (the template on its canvas and its distance map are
+built once per process: docs/benchmarks.md, "Demo data"), and
+:func:`mriprep.demo.calibration.person` keeps it for its own process only: with two
+xdist workers, most of the people the suite uses were built twice.
 :func:`share_people` makes the calibration module's builder go through
 :func:`tests.built_once.built_once_in`: the first process that asks builds the person
 and pickles it in the run's shared folder, the others read it back (a tenth of a
