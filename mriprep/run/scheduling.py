@@ -64,7 +64,33 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
     if scheduler in ("threads", "sync") or (scheduler in ("processes", "slurm")
                                             and not needed):
         yield None, None
-    elif scheduler == "processes":
+        return
+    if scheduler not in ("processes", "slurm") and "://" not in scheduler:
+        raise SchedulerError(
+            f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)} or the "
+            "address of a running dask scheduler such as tcp://127.0.0.1:8786"
+        )
+    with _quiet_distributed_logs(), _client_for(scheduler, workers, threads, slurm,
+                                                slurm_logs, on_jobs) as pair:
+        yield pair
+
+
+@contextlib.contextmanager
+def _quiet_distributed_logs():
+    """distributed's log lines below ERROR silenced until the client and its cluster
+    are closed, not only while the cluster runs (its own ``silence_logs``): closing
+    after Ctrl-C can cut a connection in the middle of a write, and distributed then
+    logs the ``CommClosedError`` with its traceback at INFO, under the run's one-line
+    interruption message."""
+    from distributed.utils import silence_logging_cmgr
+
+    with silence_logging_cmgr(logging.ERROR):
+        yield
+
+
+@contextlib.contextmanager
+def _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs):
+    if scheduler == "processes":
         with local_client(workers, threads) as client:
             yield client, None
     elif scheduler == "slurm":
@@ -75,17 +101,12 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
         with slurm_client(slurm or SlurmProfile(), threads, Path(slurm_logs),
                           on_status=on_jobs) as (client, board):
             yield client, board
-    elif "://" in scheduler:
+    else:
         client = connect(scheduler)
         try:
             yield client, None
         finally:
             client.close()
-    else:
-        raise SchedulerError(
-            f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)} or the "
-            "address of a running dask scheduler such as tcp://127.0.0.1:8786"
-        )
 
 
 @contextlib.contextmanager
