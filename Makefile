@@ -9,6 +9,12 @@ DEMO_DIR ?= demo_out
 
 .PHONY: install test test-fast test-calibration demo bench clean
 
+# Every test, dask worker and CLI call is a Python process that imports mriprep, and
+# pytest rewrites every test module's asserts: with PYTHONDONTWRITEBYTECODE (set in some
+# containers and CI images) each of them compiles it all again. __pycache__ is ignored
+# by git.
+unexport PYTHONDONTWRITEBYTECODE
+
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
