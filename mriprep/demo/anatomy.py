@@ -206,7 +206,7 @@ def _synthesize_head(base: _Template, levels: dict, rng: np.random.Generator) ->
     t = base.levels
     # Brain: a piecewise-linear map through the template's class levels keeps the
     # texture (partial volumes, deep grey nuclei) while changing the contrast.
-    brain = np.interp(base.t1, [0.0, t[CSF], t[GM], t[WM], 1.0],
+    brain = np.interp(base.t1[base.brain], [0.0, t[CSF], t[GM], t[WM], 1.0],
                       [levels["csf"] * 0.8, levels["csf"], levels["gm"], levels["wm"],
                        levels["wm"] * 1.08]).astype(np.float32)
     distance = _distance_outside_brain()
@@ -242,7 +242,7 @@ def _synthesize_head(base: _Template, levels: dict, rng: np.random.Generator) ->
     cord = np.sqrt(x**2 + (y - (cy - 12)) ** 2) <= 5.0
     head[cord & (z <= -60) & (distance > 0)] = levels["wm"] * 0.9
     head *= 1.0 + 0.04 * _smooth_field(shape, rng, spacing_mm=8.0, components=1)[0]
-    head[base.brain] = brain[base.brain]
+    head[base.brain] = brain
     return head
 
 

@@ -56,6 +56,7 @@ from scipy import ndimage
 
 from mriprep.demo.calibration import HEADER_ERRORS, person, slab_of, wrong_header
 from mriprep.demo.scanner import Acquisition, acquire, random_pose
+from mriprep.run.worker_setup import configure_worker
 
 _ISO = Acquisition()
 _AX3 = Acquisition((1.0, 1.0, 3.0), "axial")
@@ -178,17 +179,24 @@ def build_demo_cohort(root: str | Path, n_subjects: int = DEFAULT_SUBJECTS,
         if "leak" not in recipe.defects:
             first_scan.setdefault(recipe.person, (name, subject_id))
 
-    jobs = [(root, name, subject_id, recipe, seed, index, original)
-            for index, (name, subject_id, recipe, original) in enumerate(plan)
-            if "leak" not in recipe.defects]
+    # One job per person, so that a person scanned twice is built once.
+    jobs: dict[tuple[int, str], list] = {}
+    for index, (name, subject_id, recipe, original) in enumerate(plan):
+        if "leak" not in recipe.defects:
+            jobs.setdefault((recipe.person, recipe.contrast), []).append(
+                (root, name, subject_id, recipe, seed, index, original))
     workers = min(4, os.cpu_count() or 1) if workers is None else workers
     if workers > 1 and len(jobs) > 1:
         # Spawned, not forked: the caller may hold threads (torch, dask) a fork would copy.
+        # Set up as the run's workers are: a person allocates dozens of head-sized arrays,
+        # and freed memory handed back to the kernel is faulted in again page by page.
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            written = dict(zip((job[1] for job in jobs), pool.map(_write_job, jobs)))
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                 initializer=configure_worker) as pool:
+            done = list(pool.map(_write_person, jobs.values()))
     else:
-        written = {job[1]: _write_job(job) for job in jobs}
+        done = [_write_person(scans) for scans in jobs.values()]
+    written = {name: truth for person_scans in done for name, truth in person_scans.items()}
     scans: dict[str, dict[str, Any]] = {}
     for name, subject_id, recipe, original in plan:
         scans[name] = (written[name] if "leak" not in recipe.defects else
@@ -206,12 +214,18 @@ def build_demo_cohort(root: str | Path, n_subjects: int = DEFAULT_SUBJECTS,
     return DemoCohort(root=root, manifest=manifest, truth=truth_doc)
 
 
-def _write_job(job) -> dict[str, Any]:
-    root, name, subject_id, recipe, seed, index, original = job
-    # Each scan draws from its own stream so that adding defects to one recipe does not
-    # move every later scan's pose.
-    rng = np.random.default_rng([seed, index])
-    return _write_scan(root, name, subject_id, recipe, seed, rng, first_scan=original)
+def _write_person(scans: list) -> dict[str, dict[str, Any]]:
+    """Build one person and write each of their scans; ground truth per scan name."""
+    anatomy = None
+    written = {}
+    for root, name, subject_id, recipe, seed, index, original in scans:
+        anatomy = anatomy or _person_of(seed, recipe)
+        # Each scan draws from its own stream so that adding defects to one recipe does
+        # not move every later scan's pose.
+        rng = np.random.default_rng([seed, index])
+        written[name] = _write_scan(root, name, subject_id, recipe, anatomy, rng,
+                                    first_scan=original)
+    return written
 
 
 def _recipe(index: int) -> _Recipe:
@@ -228,9 +242,8 @@ def _person_of(seed: int, recipe: _Recipe):
     return person(10_000 * (seed + 1) + recipe.person, recipe.contrast)
 
 
-def _write_scan(root, name, subject_id, recipe: _Recipe, seed, rng, first_scan) -> dict:
+def _write_scan(root, name, subject_id, recipe: _Recipe, anatomy, rng, first_scan) -> dict:
     """Scan one person, plant the recipe's defects, write image and label files."""
-    anatomy = _person_of(seed, recipe)
     pose = random_pose(rng, MAX_ROTATION_DEG, MAX_TRANSLATION_MM)
     scan = acquire(anatomy, pose, recipe.acquisition, rng)
     defects: list[dict[str, Any]] = []
@@ -248,14 +261,15 @@ def _write_scan(root, name, subject_id, recipe: _Recipe, seed, rng, first_scan) 
     used_slices: set[int] = set()
     for kind in recipe.defects:
         if kind == "nan_blob":
-            center = _brain_point(labels, rng, margin=6)
+            (center,) = _brain_points(labels, rng, margin=6, count=1)
             ball = _ball_mask(data.shape, center, 7.0, recipe.acquisition.spacing)
             data[ball] = np.nan
             defects.append({"kind": kind, "center_ijk": center.tolist(),
                             "n_voxels": int(ball.sum())})
         elif kind == "extreme_values":
             values = [1e30, 1e308, -1e30, 1e30, 1e308]
-            ijk = [_brain_point(labels, rng, margin=3).tolist() for _ in values]
+            ijk = [p.tolist() for p in _brain_points(labels, rng, margin=3,
+                                                     count=len(values))]
             storage_dtype = np.float64  # 1e308 does not fit float32
             data = data.astype(np.float64)
             for v, (i, j, k) in zip(values, ijk):
@@ -327,11 +341,13 @@ def _copy_scan(root, name, subject_id, recipe: _Recipe, original: dict, original
     return truth
 
 
-def _brain_point(labels: np.ndarray, rng: np.random.Generator, margin: int) -> np.ndarray:
-    """A random voxel deep inside the brain (at least ``margin`` voxels from its edge)."""
+def _brain_points(labels: np.ndarray, rng: np.random.Generator, margin: int,
+                  count: int) -> list[np.ndarray]:
+    """``count`` random voxels deep inside the brain (at least ``margin`` voxels from its
+    edge), drawn independently."""
     deep = ndimage.binary_erosion(labels >= 2, iterations=margin)
     candidates = np.argwhere(deep if deep.any() else labels >= 2)
-    return candidates[rng.integers(len(candidates))]
+    return [candidates[rng.integers(len(candidates))] for _ in range(count)]
 
 
 def _bulk_slices(labels: np.ndarray, axis: int) -> np.ndarray:
