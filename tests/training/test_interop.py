@@ -15,8 +15,17 @@ from mriprep.cache import Cache
 from mriprep.training import DiceLoss, MRIDataset, make_dataloader, to_torchio_subject
 from tests.training.template_cache import build_template_cache
 
-monai = pytest.importorskip("monai", reason="pip install monai (mriprep's interop extra)")
-tio = pytest.importorskip("torchio", reason="pip install torchio (mriprep's interop extra)")
+
+# Imported by the tests that use them, not at collection: MONAI's import alone takes
+# seconds, in every xdist worker.
+@pytest.fixture(scope="module")
+def monai():
+    return pytest.importorskip("monai", reason="pip install monai (mriprep's interop extra)")
+
+
+@pytest.fixture(scope="module")
+def tio():
+    return pytest.importorskip("torchio", reason="pip install torchio (mriprep's interop extra)")
 
 
 def world(affine, voxel) -> np.ndarray:
@@ -70,7 +79,7 @@ def test_channel_first_gives_masks_the_image_layout(cache_dir, mode, options):
     assert batch["label"].shape == (2, 1, *a["label"].shape)
 
 
-def test_meta_tensor_items_go_through_monai_dictionary_transforms(cache_dir):
+def test_meta_tensor_items_go_through_monai_dictionary_transforms(cache_dir, monai):
     from monai.losses import DiceLoss as MonaiDice
     from monai.transforms import Compose, Orientationd, RandAffined
 
@@ -111,7 +120,7 @@ def test_dice_refuses_labels_blended_by_interpolation():
         DiceLoss()(logits, target * 0.5)
 
 
-def test_torchio_subject_of_an_item_keeps_data_geometry_and_ids(cache_dir):
+def test_torchio_subject_of_an_item_keeps_data_geometry_and_ids(cache_dir, tio):
     item = MRIDataset(cache_dir, "val")[1]
     subject = to_torchio_subject(item)
     assert subject["subject_id"] == item["subject_id"]
@@ -122,7 +131,7 @@ def test_torchio_subject_of_an_item_keeps_data_geometry_and_ids(cache_dir):
     assert torch.equal(subject["valid"].data[0].bool(), item["valid"])
 
 
-def test_torchio_queue_patches_are_the_cached_voxels(cache_dir):
+def test_torchio_queue_patches_are_the_cached_voxels(cache_dir, tio):
     ds = MRIDataset(cache_dir, "train")
     with pytest.raises(TypeError, match="to_torchio"):
         len(tio.Queue(ds, max_length=4, samples_per_volume=2,
