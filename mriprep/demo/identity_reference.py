@@ -72,10 +72,13 @@ def build_reference(work: Path, people: int = REFERENCE_PEOPLE, workers: int = 2
     from mriprep.check.tensors import scan_tensor_file
     from mriprep.pipelines import load_pipeline
     from mriprep.run.cohort import cohort_rows, run_cohort
+    from mriprep.run.worker_setup import configure_worker
 
     images = work / "images"
     images.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # Set up as the demo cohort's builders are (mriprep.demo.cohort).
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=configure_worker) as pool:
         paths = list(pool.map(_scan_one, [(str(images), i) for i in range(people)]))
     manifest = work / "reference.csv"
     with open(manifest, "w", newline="") as fh:
