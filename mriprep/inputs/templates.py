@@ -28,6 +28,11 @@ def is_builtin(name: str) -> bool:
 # and every worker process would pay it before its first subject; finding the file
 # costs nothing.
 _MNI152_T1 = ("datasets", "data", "mni_icbm152_t1_tal_nlin_sym_09a_converted.nii.gz")
+# The grey- and white-matter maps that load_mni152_gm_template / _wm_template read.
+_MNI152_TISSUE = {
+    "gm": ("datasets", "data", "mni_icbm152_gm_tal_nlin_sym_09a_converted.nii.gz"),
+    "wm": ("datasets", "data", "mni_icbm152_wm_tal_nlin_sym_09a_converted.nii.gz"),
+}
 
 
 @functools.lru_cache(maxsize=4)
@@ -46,10 +51,7 @@ def load_template(name_or_path: str) -> Volume:
             img = load_mni152_template(resolution=1)
             data = np.asarray(img.get_fdata(dtype=np.float32))
         else:
-            img = nib.load(path)
-            # nilearn's own steps: the stored values in float32, scaled to a maximum of 1.
-            data = np.asanyarray(img.dataobj).astype(np.float32)
-            data /= data.max()
+            img, data = _read_as_nilearn_does(path)
         return Volume.from_array(data, img.affine, subject_id="mni152", source="mni152")
     from mriprep.inputs.readers import load_volume
 
@@ -66,17 +68,29 @@ def _nilearn_file(parts: tuple[str, ...]) -> Path | None:
     return None
 
 
+def _read_as_nilearn_does(path: Path) -> tuple[nib.Nifti1Image, np.ndarray]:
+    """The image and the voxels nilearn's MNI152 loaders give at 1 mm: the stored values
+    in float32, scaled to a maximum of 1."""
+    img = nib.load(path)
+    data = np.asanyarray(img.dataobj).astype(np.float32)
+    data /= data.max()
+    return img, data
+
+
 @functools.lru_cache(maxsize=4)
 def load_mni152_tissue() -> dict[str, np.ndarray]:
-    """nilearn's MNI152 GM and WM probability maps on the 1 mm template grid."""
-    from nilearn.datasets import load_mni152_gm_template, load_mni152_wm_template
+    """nilearn's MNI152 GM and WM probability maps on the 1 mm template grid, with the
+    voxels ``load_mni152_gm_template`` and ``load_mni152_wm_template`` give (found, like
+    the template, without importing nilearn.datasets)."""
+    paths = {kind: _nilearn_file(parts) for kind, parts in _MNI152_TISSUE.items()}
+    if None in paths.values():  # a nilearn that keeps its data elsewhere: ask it
+        from nilearn.datasets import load_mni152_gm_template, load_mni152_wm_template
 
-    gm = load_mni152_gm_template(resolution=1)
-    wm = load_mni152_wm_template(resolution=1)
-    return {
-        "gm": np.asarray(gm.get_fdata(dtype=np.float32)),
-        "wm": np.asarray(wm.get_fdata(dtype=np.float32)),
-    }
+        images = {"gm": load_mni152_gm_template(resolution=1),
+                  "wm": load_mni152_wm_template(resolution=1)}
+        return {kind: np.asarray(img.get_fdata(dtype=np.float32))
+                for kind, img in images.items()}
+    return {kind: _read_as_nilearn_does(path)[1] for kind, path in paths.items()}
 
 
 def template_digest(name_or_path: str) -> str:

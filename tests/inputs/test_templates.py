@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from mriprep.inputs.templates import load_template, template_digest
+from mriprep.inputs.templates import load_mni152_tissue, load_template, template_digest
 from mriprep.stages.registration.template import template_brain_mask
 
 
@@ -30,11 +30,25 @@ def test_mni152_brain_mask_is_nilearns():
     assert 1.5e6 < theirs.sum() < 2.5e6  # a brain's worth of 1 mm voxels
 
 
+def test_mni152_tissue_maps_are_nilearns():
+    from nilearn.datasets import load_mni152_gm_template, load_mni152_wm_template
+
+    ours = load_mni152_tissue()
+    for kind, load in (("gm", load_mni152_gm_template), ("wm", load_mni152_wm_template)):
+        theirs = load(resolution=1)
+        np.testing.assert_array_equal(ours[kind], theirs.get_fdata(dtype=np.float32))
+        np.testing.assert_array_equal(theirs.affine, load_template("mni152").affine)
+        assert ours[kind].max() == 1.0
+
+
 def test_loading_mni152_does_not_import_nilearn_datasets():
-    # A worker process loads the template before its first subject: scikit-learn and
-    # nilearn's atlas fetchers would add a second to every worker's start.
+    # A worker process loads the template before its first subject, and each process
+    # that builds a demo person its tissue maps: scikit-learn and nilearn's atlas
+    # fetchers would add a second or two to every one of them.
     script = ("import sys; from mriprep.stages.registration.template import template_brain_mask; "
-              "template_brain_mask('mni152'); print('nilearn.datasets' in sys.modules)")
+              "from mriprep.inputs.templates import load_mni152_tissue; "
+              "template_brain_mask('mni152'); load_mni152_tissue(); "
+              "print('nilearn.datasets' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
