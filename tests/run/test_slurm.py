@@ -228,10 +228,12 @@ def _sidecar_without_timings(path: Path):
     return strip(json.loads(path.read_text()))
 
 
-# Demo subjects of every outcome: cached (1 mm, a NaN blob, flipped storage) and failed
-# (a dead volume, a truncated file). A refusal by registration is a failure like these
-# to the scheduler, and would cost a registration on the jobs' cores.
-SLURM_SUBJECTS = ("sub-01", "sub-02", "sub-07", "sub-09", "sub-10")
+# Demo subjects of both outcomes: cached (1 mm, and thick slices with a NaN blob), one on
+# each job, and failed (a dead volume, a truncated file). Every registration costs the
+# jobs' cores (which are this machine's) several seconds: a refusal by registration is a
+# failure like these to the scheduler, and a third cached subject adds nothing the two
+# do not show.
+SLURM_SUBJECTS = ("sub-01", "sub-02", "sub-09", "sub-10")
 
 
 @pytest.mark.slow
