@@ -187,17 +187,30 @@ def resample(grid: torch.Tensor, image: torch.Tensor, valid: torch.Tensor | None
         out_valid = inside(grid)
         out_weights = [sampled[:, c + k].to(w.dtype) for k, w in enumerate(weights)]
     else:
-        stack = [torch.where(valid[:, None], image, 0.0), valid[:, None].to(image.dtype)]
-        stack += [torch.where(valid, w.to(image.dtype), 0.0)[:, None] for w in weights]
-        sampled = F.grid_sample(torch.cat(stack, 1), grid, mode="bilinear",
-                                padding_mode="zeros", align_corners=True)
+        # One input of image, valid and weights, invalid voxels zeroed: written in place
+        # (each pass over a batch counts on the CPU).
+        invalid = ~valid[:, None]
+        stacked = torch.empty((image.shape[0], c + 1 + len(weights), *image.shape[2:]),
+                              dtype=image.dtype, device=image.device)
+        stacked[:, :c].copy_(image).masked_fill_(invalid, 0.0)
+        stacked[:, c].copy_(valid)
+        for k, w in enumerate(weights):
+            stacked[:, c + 1 + k].copy_(w).masked_fill_(invalid[:, 0], 0.0)
+        sampled = F.grid_sample(stacked, grid, mode="bilinear", padding_mode="zeros",
+                                align_corners=True)
         support = sampled[:, c:c + 1]
-        has_support = support > SUPPORT_EPS
-        safe = torch.where(has_support, support, 1.0)
-        out_image = torch.where(has_support, sampled[:, :c] / safe, 0.0)
         out_valid = (support >= threshold)[:, 0]
-        out_weights = [torch.where(has_support, sampled[:, c + 1 + k:c + 2 + k] / safe, 0.0)
-                       [:, 0].to(w.dtype) for k, w in enumerate(weights)]
+        no_support = support <= SUPPORT_EPS
+        support.masked_fill_(no_support, 1.0)  # the divisor: 1 where nothing contributed
+
+        def normalised(first: int, stop: int) -> torch.Tensor:
+            """value / support where some valid voxel contributed, else 0 (contiguous)."""
+            out = torch.div(sampled[:, first:stop], support)
+            return out.masked_fill_(no_support, 0.0)
+
+        out_image = normalised(0, c)
+        out_weights = [normalised(c + 1 + k, c + 2 + k)[:, 0].to(w.dtype)
+                       for k, w in enumerate(weights)]
     out_label = None
     if label is not None:
         if label_mode == "nearest":

@@ -25,40 +25,55 @@ SUBSAMPLE = 65536
 
 
 class ValidStats:
-    """Statistics of one sample's valid voxels (all channels), computed when asked.
+    """Statistics of one sample's valid voxels (all channels), read as the sample changes.
 
     Mean and std come from a strided subsample of at most :data:`SUBSAMPLE` voxels
     (their error is far below any augmentation range: gathering every valid voxel cost
     more than the transforms); the range is exact where it bounds values (gamma), from
     the subsample where it is only a reference point (bias field, Rician noise). A
     sample without a valid voxel gets mean 0, std 1 and range [0, 1].
+
+    Which subsampled voxels are valid is found once per sample: the transforms change
+    values, never the mask.
     """
 
     def __init__(self, x: torch.Tensor, valid: torch.Tensor, all_valid: bool):
-        self.x, self.all_valid = x, all_valid
-        self.v = valid[:, None].expand_as(x)
-        step = max(1, x.numel() // SUBSAMPLE) | 1  # odd: no aliasing with even grids
-        flat = x.reshape(-1)[::step]
-        self.sample = flat if all_valid else flat[self.v.reshape(-1)[::step]]
-        if self.sample.numel() == 0 and not all_valid:
-            self.sample = x[self.v]  # a sliver of valid voxels the stride missed
+        """``x`` ``[1, C, *S]`` (contiguous), ``valid`` ``[1, *S]``."""
+        self.all_valid = all_valid
+        self.step = max(1, x.numel() // SUBSAMPLE) | 1  # odd: no aliasing with even grids
+        self.valid = valid
+        self.picked = None  # positions in the strided subsample that are valid
+        self.everywhere = False  # the stride missed every valid voxel: use them all
+        if not all_valid:
+            spatial = valid.numel()
+            positions = torch.arange(0, x.numel(), self.step, device=x.device) % spatial
+            self.picked = torch.nonzero(valid.reshape(-1)[positions]).squeeze(1)
+            self.everywhere = self.picked.numel() == 0 and bool(valid.any())
 
-    def range(self, exact: bool = False) -> tuple[float, float]:
-        if self.sample.numel() == 0:
+    def sample(self, x: torch.Tensor) -> torch.Tensor:
+        if self.everywhere:
+            return x[self.valid[:, None].expand_as(x)]
+        flat = x.reshape(-1)[::self.step]
+        return flat if self.picked is None else flat[self.picked]
+
+    def range(self, x: torch.Tensor, exact: bool = False) -> tuple[float, float]:
+        sample = self.sample(x)
+        if sample.numel() == 0:
             return 0.0, 1.0
         if not exact:
-            lo, hi = torch.aminmax(self.sample)
+            lo, hi = torch.aminmax(sample)
         elif self.all_valid:
-            lo, hi = torch.aminmax(self.x)
+            lo, hi = torch.aminmax(x)
         else:
             # invalid voxels take a valid value: the range of the valid ones is unchanged
-            lo, hi = torch.aminmax(torch.where(self.v, self.x, self.sample[0]))
+            lo, hi = torch.aminmax(torch.where(self.valid[:, None], x, sample[0]))
         return float(lo), float(hi)
 
-    def moments(self) -> tuple[float, float]:
-        if self.sample.numel() == 0:
+    def moments(self, x: torch.Tensor) -> tuple[float, float]:
+        sample = self.sample(x)
+        if sample.numel() == 0:
             return 0.0, 1.0
-        std, mean = torch.std_mean(self.sample, correction=0)
+        std, mean = torch.std_mean(sample, correction=0)
         return float(mean), max(float(std), EPS)
 
 
@@ -119,47 +134,46 @@ def apply_intensity(x: torch.Tensor, valid: torch.Tensor, params: list[SamplePar
     """The intensity transforms of every sample; ``x`` ``[B, C, *S]`` float32,
     ``all_valid[i]`` whether every voxel of sample ``i`` is valid. Statistics are read
     back to the host (a synchronisation per transform that needs them: per-sample
-    scalars are what these transforms are defined by)."""
+    scalars are what these transforms are defined by).
+
+    Returns a new tensor (``x`` is not changed). Each sample is transformed in place in
+    it, one operation at a time as written: no temporary the size of the sample is
+    allocated per step, and the values are those of the out-of-place expressions."""
     if not any(p.changes_intensity for p in params):
         return x
     shape = tuple(x.shape[2:])
-    out = []
+    out = x.clone(memory_format=torch.contiguous_format)
     for i, p in enumerate(params):
-        xi = x[i:i + 1]
         if not p.changes_intensity:
-            out.append(xi)
             continue
-
-        def stats():
-            return ValidStats(xi, valid[i:i + 1], all_valid[i])
-
+        xi = out[i:i + 1]
+        stats = ValidStats(xi, valid[i:i + 1], all_valid[i])
         if p.bias:
-            lo, _ = stats().range()
-            xi = (xi - lo) * bias_field(p, shape, bias_order, x.device) + lo
+            lo, _ = stats.range(xi)
+            xi.sub_(lo).mul_(bias_field(p, shape, bias_order, x.device)).add_(lo)
         if p.gamma is not None:
-            lo, hi = stats().range(exact=True)
+            lo, hi = stats.range(xi, exact=True)
             span = max(hi - lo, EPS)
-            xi = ((xi - lo) / span).clamp(0.0, 1.0) ** p.gamma * span + lo
+            xi.sub_(lo).div_(span).clamp_(0.0, 1.0).pow_(p.gamma).mul_(span).add_(lo)
         if p.contrast is not None:
-            mean, std = stats().moments()
-            xi = (xi - mean) * p.contrast + (mean + p.brightness * std)
+            mean, std = stats.moments(xi)
+            xi.sub_(mean).mul_(p.contrast).add_(mean + p.brightness * std)
         if p.lowres_factor is not None:
-            xi = _low_resolution(xi, p.lowres_axis, p.lowres_factor)
+            xi.copy_(_low_resolution(xi, p.lowres_axis, p.lowres_factor))
         if p.blur_sigma is not None:
             for axis in range(len(shape)):
-                xi = _smooth_along(xi, axis, p.blur_sigma)
+                xi.copy_(_smooth_along(xi, axis, p.blur_sigma))
         if p.noise_std is not None or p.rician_std is not None:
-            now = stats()
-            (lo, _), (_, std) = now.range(), now.moments()
+            (lo, _), (_, std) = stats.range(xi), stats.moments(xi)
         if p.noise_std is not None:
-            xi = xi + (p.noise_std * std) * _randn(xi.shape, p.field_seed + 2, x.device)
+            xi.add_(_randn(xi.shape, p.field_seed + 2, x.device).mul_(p.noise_std * std))
         if p.rician_std is not None:
             sigma = p.rician_std * std
-            n1 = _randn(xi.shape, p.field_seed + 3, x.device)
-            n2 = _randn(xi.shape, p.field_seed + 4, x.device)
-            xi = torch.sqrt((xi - lo + sigma * n1) ** 2 + (sigma * n2) ** 2) + lo
-        out.append(xi)
-    return torch.cat(out) if len(out) > 1 else out[0]
+            real = xi.sub(lo).add_(_randn(xi.shape, p.field_seed + 3, x.device).mul_(sigma))
+            real.square_()
+            imag = _randn(xi.shape, p.field_seed + 4, x.device).mul_(sigma).square_()
+            xi.copy_(real.add_(imag).sqrt_().add_(lo))
+    return out
 
 
 def _low_resolution(x: torch.Tensor, axis: int, factor: float) -> torch.Tensor:
