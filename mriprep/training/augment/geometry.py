@@ -187,26 +187,26 @@ def resample(grid: torch.Tensor, image: torch.Tensor, valid: torch.Tensor | None
         out_valid = inside(grid)
         out_weights = [sampled[:, c + k].to(w.dtype) for k, w in enumerate(weights)]
     else:
-        # One input of image, valid and weights, invalid voxels zeroed: written in place
-        # (each pass over a batch counts on the CPU).
-        invalid = ~valid[:, None]
+        # One input of image, valid and weights, invalid voxels zeroed (a product with
+        # the 0/1 mask: one pass; each pass over a batch counts on the CPU).
         stacked = torch.empty((image.shape[0], c + 1 + len(weights), *image.shape[2:]),
                               dtype=image.dtype, device=image.device)
-        stacked[:, :c].copy_(image).masked_fill_(invalid, 0.0)
-        stacked[:, c].copy_(valid)
+        mask = stacked[:, c:c + 1]
+        mask.copy_(valid[:, None])
+        torch.mul(image, mask, out=stacked[:, :c])
         for k, w in enumerate(weights):
-            stacked[:, c + 1 + k].copy_(w).masked_fill_(invalid[:, 0], 0.0)
+            torch.mul(w[:, None], mask, out=stacked[:, c + 1 + k:c + 2 + k])
         sampled = F.grid_sample(stacked, grid, mode="bilinear", padding_mode="zeros",
                                 align_corners=True)
         support = sampled[:, c:c + 1]
         out_valid = (support >= threshold)[:, 0]
-        no_support = support <= SUPPORT_EPS
-        support.masked_fill_(no_support, 1.0)  # the divisor: 1 where nothing contributed
+        # 1 / support where some valid voxel contributed, else 0: one product per channel
+        scale = torch.where(support > SUPPORT_EPS, support, 1.0).reciprocal_()
+        scale.masked_fill_(support <= SUPPORT_EPS, 0.0)
 
         def normalised(first: int, stop: int) -> torch.Tensor:
             """value / support where some valid voxel contributed, else 0 (contiguous)."""
-            out = torch.div(sampled[:, first:stop], support)
-            return out.masked_fill_(no_support, 0.0)
+            return torch.mul(sampled[:, first:stop], scale)
 
         out_image = normalised(0, c)
         out_weights = [normalised(c + 1 + k, c + 2 + k)[:, 0].to(w.dtype)

@@ -44,11 +44,17 @@ class ValidStats:
         self.valid = valid
         self.picked = None  # positions in the strided subsample that are valid
         self.everywhere = False  # the stride missed every valid voxel: use them all
+        self.fill_at = 0  # a valid voxel's flat index (exact range: invalid ones take it)
         if not all_valid:
             spatial = valid.numel()
             positions = torch.arange(0, x.numel(), self.step, device=x.device) % spatial
             self.picked = torch.nonzero(valid.reshape(-1)[positions]).squeeze(1)
             self.everywhere = self.picked.numel() == 0 and bool(valid.any())
+            if self.picked.numel():
+                self.fill_at = int(self.picked[0]) * self.step
+            elif self.everywhere:
+                self.fill_at = int(torch.nonzero(valid.reshape(-1))[0])
+        self.empty = not all_valid and self.picked.numel() == 0 and not self.everywhere
 
     def sample(self, x: torch.Tensor) -> torch.Tensor:
         if self.everywhere:
@@ -57,16 +63,16 @@ class ValidStats:
         return flat if self.picked is None else flat[self.picked]
 
     def range(self, x: torch.Tensor, exact: bool = False) -> tuple[float, float]:
-        sample = self.sample(x)
-        if sample.numel() == 0:
+        if self.empty:
             return 0.0, 1.0
         if not exact:
-            lo, hi = torch.aminmax(sample)
+            lo, hi = torch.aminmax(self.sample(x))
         elif self.all_valid:
             lo, hi = torch.aminmax(x)
         else:
             # invalid voxels take a valid value: the range of the valid ones is unchanged
-            lo, hi = torch.aminmax(torch.where(self.valid[:, None], x, sample[0]))
+            fill = x.reshape(-1)[self.fill_at]
+            lo, hi = torch.aminmax(torch.where(self.valid[:, None], x, fill))
         return float(lo), float(hi)
 
     def moments(self, x: torch.Tensor) -> tuple[float, float]:
@@ -164,7 +170,8 @@ def apply_intensity(x: torch.Tensor, valid: torch.Tensor, params: list[SamplePar
             for axis in range(len(shape)):
                 xi.copy_(_smooth_along(xi, axis, p.blur_sigma))
         if p.noise_std is not None or p.rician_std is not None:
-            (lo, _), (_, std) = stats.range(xi), stats.moments(xi)
+            _, std = stats.moments(xi)
+            lo = stats.range(xi)[0] if p.rician_std is not None else 0.0
         if p.noise_std is not None:
             xi.add_(_randn(xi.shape, p.field_seed + 2, x.device).mul_(p.noise_std * std))
         if p.rician_std is not None:
