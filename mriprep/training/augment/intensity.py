@@ -11,6 +11,7 @@ value that can be 0); the clamp (in :class:`Augment`) bounds the result and coun
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -46,8 +47,7 @@ class ValidStats:
         self.everywhere = False  # the stride missed every valid voxel: use them all
         self.fill_at = 0  # a valid voxel's flat index (exact range: invalid ones take it)
         if not all_valid:
-            spatial = valid.numel()
-            positions = torch.arange(0, x.numel(), self.step, device=x.device) % spatial
+            positions = _strided_positions(x.numel(), self.step, valid.numel(), x.device)
             self.picked = torch.nonzero(valid.reshape(-1)[positions]).squeeze(1)
             self.everywhere = self.picked.numel() == 0 and bool(valid.any())
             if self.picked.numel():
@@ -81,6 +81,13 @@ class ValidStats:
             return 0.0, 1.0
         std, mean = torch.std_mean(sample, correction=0)
         return float(mean), max(float(std), EPS)
+
+
+@functools.lru_cache(maxsize=8)
+def _strided_positions(numel: int, step: int, spatial: int, device) -> torch.Tensor:
+    """The voxel (within one channel) of every ``step``-th value of a sample: the same
+    for every sample of a training run's shape."""
+    return torch.arange(0, numel, step, device=device) % spatial
 
 
 def _smooth_along(x: torch.Tensor, axis: int, sigma: float) -> torch.Tensor:
