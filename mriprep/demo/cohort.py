@@ -219,7 +219,8 @@ def _write_person(scans: list) -> dict[str, dict[str, Any]]:
     anatomy = None
     written = {}
     for root, name, subject_id, recipe, seed, index, original in scans:
-        anatomy = anatomy or _person_of(seed, recipe)
+        if anatomy is None:
+            anatomy = _person_of(seed, recipe)
         # Each scan draws from its own stream so that adding defects to one recipe does
         # not move every later scan's pose.
         rng = np.random.default_rng([seed, index])

@@ -70,22 +70,21 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
             f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)} or the "
             "address of a running dask scheduler such as tcp://127.0.0.1:8786"
         )
-    with _quiet_distributed_logs(), _client_for(scheduler, workers, threads, slurm,
-                                                slurm_logs, on_jobs) as pair:
-        yield pair
+    # distributed's log lines below ERROR are silenced while the client and its cluster
+    # close, whatever ended the run: closing after Ctrl-C can cut a connection in the
+    # middle of a write, and distributed then logs the CommClosedError with its
+    # traceback at INFO, under the run's one-line interruption message. A local or
+    # Slurm cluster is silenced while it runs too (its own silence_logs), but that ends
+    # as it closes; a remote scheduler's warnings still show while the run lasts.
+    closing = contextlib.ExitStack()
+    with closing:
+        with _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs) as pair:
+            try:
+                yield pair
+            finally:
+                from distributed.utils import silence_logging_cmgr
 
-
-@contextlib.contextmanager
-def _quiet_distributed_logs():
-    """distributed's log lines below ERROR silenced until the client and its cluster
-    are closed, not only while the cluster runs (its own ``silence_logs``): closing
-    after Ctrl-C can cut a connection in the middle of a write, and distributed then
-    logs the ``CommClosedError`` with its traceback at INFO, under the run's one-line
-    interruption message."""
-    from distributed.utils import silence_logging_cmgr
-
-    with silence_logging_cmgr(logging.ERROR):
-        yield
+                closing.enter_context(silence_logging_cmgr(logging.ERROR))
 
 
 @contextlib.contextmanager

@@ -41,6 +41,21 @@ def test_mni152_tissue_maps_are_nilearns():
         assert ours[kind].max() == 1.0
 
 
+def test_tissue_maps_come_from_nilearn_itself_where_its_files_are_elsewhere(monkeypatch):
+    from mriprep.inputs import templates
+
+    found = load_mni152_tissue()
+    load_mni152_tissue.cache_clear()
+    monkeypatch.setattr(templates, "_nilearn_file", lambda parts: None)
+    try:
+        asked = load_mni152_tissue()
+    finally:
+        load_mni152_tissue.cache_clear()
+    assert asked.keys() == found.keys() == {"gm", "wm"}
+    for kind in found:
+        np.testing.assert_array_equal(asked[kind], found[kind])
+
+
 def test_loading_mni152_does_not_import_nilearn_datasets():
     # A worker process loads the template before its first subject, and each process
     # that builds a demo person its tissue maps: scikit-learn and nilearn's atlas

@@ -145,6 +145,35 @@ def test_weight_maps_follow_the_image_grid():
     assert torch.allclose(out["weight"][v], out["image"][:, 0][v], atol=1e-6)
 
 
+def test_invalid_voxels_lend_nothing_not_even_a_nan_weight_and_constants_stay_constant():
+    # A constant image and weight map, a slab invalid where the weights are NaN (a map
+    # undefined outside the field of view): every valid output voxel keeps both
+    # constants, to float32's rounding, as normalised interpolation promises.
+    valid = torch.ones(1, 16, 16, 16, dtype=torch.bool)
+    valid[:, :, :, :4] = False
+    weight = torch.full((1, 16, 16, 16), 0.7)
+    weight[~valid] = float("nan")
+    out = Augment(**dict(NOTHING, affine_prob=1.0, rotation_deg=20.0))(
+        {"image": torch.full((1, 1, 16, 16, 16), 3.0), "valid": valid, "weight": weight,
+         "subject_id": ["w"]})
+    v = out["valid"]
+    assert 0 < int(v.sum()) < v.numel()
+    assert torch.isfinite(out["weight"]).all()
+    assert torch.allclose(out["weight"][v], torch.tensor(0.7), rtol=1e-6, atol=0.0)
+    assert torch.allclose(out["image"][:, 0][v], torch.tensor(3.0), rtol=1e-6, atol=0.0)
+
+
+def test_intensity_alone_leaves_the_callers_tensors_as_they_were():
+    image = torch.rand(2, 3, 12, 12, generator=torch.Generator().manual_seed(4))
+    valid = torch.ones(2, 12, 12, dtype=torch.bool)
+    valid[1, :, :11] = False  # a sliver of valid voxels the statistics' stride may miss
+    kept = image.clone()
+    out = Augment(**dict(NOTHING, bias_prob=1.0, gamma_prob=1.0, noise_prob=1.0))(
+        {"image": image, "valid": valid, "subject_id": ["a", "b"]})
+    assert torch.equal(image, kept)
+    assert not torch.equal(out["image"], image) and torch.isfinite(out["image"]).all()
+
+
 # -- the left-right flip ---------------------------------------------------------------------
 
 

@@ -187,26 +187,29 @@ def resample(grid: torch.Tensor, image: torch.Tensor, valid: torch.Tensor | None
         out_valid = inside(grid)
         out_weights = [sampled[:, c + k].to(w.dtype) for k, w in enumerate(weights)]
     else:
-        # One input of image, valid and weights, invalid voxels zeroed (a product with
-        # the 0/1 mask: one pass; each pass over a batch counts on the CPU).
+        # One input of image, valid and weights, invalid voxels zeroed, written in place
+        # (each pass over a batch counts on the CPU). The image is finite here, so a
+        # product with the 0/1 mask zeroes it in one pass; a weight map may hold NaN
+        # where it is invalid, which only a selection removes.
         stacked = torch.empty((image.shape[0], c + 1 + len(weights), *image.shape[2:]),
                               dtype=image.dtype, device=image.device)
         mask = stacked[:, c:c + 1]
         mask.copy_(valid[:, None])
         torch.mul(image, mask, out=stacked[:, :c])
         for k, w in enumerate(weights):
-            torch.mul(w[:, None], mask, out=stacked[:, c + 1 + k:c + 2 + k])
+            stacked[:, c + 1 + k].copy_(w).masked_fill_(~valid, 0.0)
         sampled = F.grid_sample(stacked, grid, mode="bilinear", padding_mode="zeros",
                                 align_corners=True)
         support = sampled[:, c:c + 1]
         out_valid = (support >= threshold)[:, 0]
-        # 1 / support where some valid voxel contributed, else 0: one product per channel
-        scale = torch.where(support > SUPPORT_EPS, support, 1.0).reciprocal_()
-        scale.masked_fill_(support <= SUPPORT_EPS, 0.0)
+        no_support = support <= SUPPORT_EPS
+        # A division, not a product with 1 / support: a constant stays exactly constant.
+        divisor = support.masked_fill(no_support, 1.0)
 
         def normalised(first: int, stop: int) -> torch.Tensor:
             """value / support where some valid voxel contributed, else 0 (contiguous)."""
-            return torch.mul(sampled[:, first:stop], scale)
+            out = torch.div(sampled[:, first:stop], divisor)
+            return out.masked_fill_(no_support, 0.0)
 
         out_image = normalised(0, c)
         out_weights = [normalised(c + 1 + k, c + 2 + k)[:, 0].to(w.dtype)

@@ -83,6 +83,19 @@ class ValidStats:
         return float(mean), max(float(std), EPS)
 
 
+class _LazyStats:
+    """A sample's :class:`ValidStats`, set up on the first statistic a transform asks
+    for (blur or low resolution alone need none)."""
+
+    def __init__(self, x: torch.Tensor, valid: torch.Tensor, all_valid: bool):
+        self._args, self._stats = (x, valid, all_valid), None
+
+    def __getattr__(self, name):
+        if self._stats is None:
+            self._stats = ValidStats(*self._args)
+        return getattr(self._stats, name)
+
+
 @functools.lru_cache(maxsize=8)
 def _strided_positions(numel: int, step: int, spatial: int, device) -> torch.Tensor:
     """The voxel (within one channel) of every ``step``-th value of a sample: the same
@@ -149,9 +162,9 @@ def apply_intensity(x: torch.Tensor, valid: torch.Tensor, params: list[SamplePar
     back to the host (a synchronisation per transform that needs them: per-sample
     scalars are what these transforms are defined by).
 
-    Returns a new tensor (``x`` is not changed). Each sample is transformed in place in
-    it: no temporary the size of the sample is allocated per step, and each step takes
-    as few passes over the sample as it can (on the CPU, passes are the cost)."""
+    ``x`` is never changed: ``x`` itself comes back when no sample changes intensity,
+    else a copy in which each sample is transformed in place, each step in as few passes
+    over the sample as it can (on the CPU, passes are the cost)."""
     if not any(p.changes_intensity for p in params):
         return x
     shape = tuple(x.shape[2:])
@@ -160,7 +173,7 @@ def apply_intensity(x: torch.Tensor, valid: torch.Tensor, params: list[SamplePar
         if not p.changes_intensity:
             continue
         xi = out[i:i + 1]
-        stats = ValidStats(xi, valid[i:i + 1], all_valid[i])
+        stats = _LazyStats(xi, valid[i:i + 1], all_valid[i])
         if p.bias:
             lo, _ = stats.range(xi)
             # (x - lo) * field + lo as x * field + lo * (1 - field): one pass over the

@@ -10,6 +10,7 @@ applies, in a fixed order, so switching one transform off changes no other draw.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ class SampleParams:
         # dataclasses.asdict deep-copies field by field: a twentieth of a 2.5D slice's
         # augmentation. The fields are scalars and lists of floats.
         return {name: list(value) if isinstance(value, list) else value
-                for name, value in vars(self).items()}
+                for name in _FIELD_NAMES for value in (getattr(self, name),)}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "SampleParams":
@@ -69,6 +70,9 @@ class SampleParams:
         return self.bias or any(v is not None for v in (
             self.gamma, self.contrast, self.noise_std, self.rician_std, self.blur_sigma,
             self.lowres_factor))
+
+
+_FIELD_NAMES = tuple(field.name for field in dataclasses.fields(SampleParams))
 
 
 def sample_id_of(parts) -> str:
