@@ -203,7 +203,8 @@ def resample(grid: torch.Tensor, image: torch.Tensor, valid: torch.Tensor | None
         support = sampled[:, c:c + 1]
         out_valid = (support >= threshold)[:, 0]
         no_support = support <= SUPPORT_EPS
-        # A division, not a product with 1 / support: a constant stays exactly constant.
+        # A division, not a product with 1 / support: one rounding fewer (with the
+        # product, the support itself, s * (1 / s), comes out as 0.99999994).
         divisor = support.masked_fill(no_support, 1.0)
 
         def normalised(first: int, stop: int) -> torch.Tensor:
