@@ -34,33 +34,42 @@ class ValidStats:
     the subsample where it is only a reference point (bias field, Rician noise). A
     sample without a valid voxel gets mean 0, std 1 and range [0, 1].
 
-    Which subsampled voxels are valid is found once per sample: the transforms change
-    values, never the mask.
+    Which subsampled voxels are valid is found once per sample, on the first statistic
+    asked for (blur or low resolution alone ask for none): the transforms change values,
+    never the mask.
     """
 
     def __init__(self, x: torch.Tensor, valid: torch.Tensor, all_valid: bool):
         """``x`` ``[1, C, *S]`` (contiguous), ``valid`` ``[1, *S]``."""
-        self.all_valid = all_valid
-        self.step = max(1, x.numel() // SUBSAMPLE) | 1  # odd: no aliasing with even grids
-        self.valid = valid
-        self.picked = None  # positions in the strided subsample that are valid
-        self.everywhere = False  # the stride missed every valid voxel: use them all
-        self.fill_at = 0  # a valid voxel's flat index (exact range: invalid ones take it)
-        if not all_valid:
-            positions = _strided_positions(x.numel(), self.step, valid.numel(), x.device)
-            self.picked = torch.nonzero(valid.reshape(-1)[positions]).squeeze(1)
-            self.everywhere = self.picked.numel() == 0 and bool(valid.any())
-            if self.picked.numel():
-                self.fill_at = int(self.picked[0]) * self.step
-            elif self.everywhere:
-                self.fill_at = int(torch.nonzero(valid.reshape(-1))[0])
-        self.empty = not all_valid and self.picked.numel() == 0 and not self.everywhere
+        self.all_valid, self.valid = all_valid, valid
+        self.numel, self.device = x.numel(), x.device
+        self.step = max(1, self.numel // SUBSAMPLE) | 1  # odd: no aliasing with even grids
+
+    @functools.cached_property
+    def _layout(self) -> tuple[torch.Tensor | None, bool, int]:
+        """(positions in the strided subsample that are valid, or None when all are;
+        whether the stride missed every valid voxel, so that all of them are used; the
+        flat index of one valid voxel, which invalid ones take for an exact range)."""
+        if self.all_valid:
+            return None, False, 0
+        positions = _strided_positions(self.numel, self.step, self.valid.numel(), self.device)
+        picked = torch.nonzero(self.valid.reshape(-1)[positions]).squeeze(1)
+        if picked.numel():
+            return picked, False, int(picked[0]) * self.step
+        anywhere = torch.nonzero(self.valid.reshape(-1))
+        return picked, bool(anywhere.numel()), int(anywhere[0]) if anywhere.numel() else 0
+
+    @property
+    def empty(self) -> bool:
+        picked, everywhere, _ = self._layout
+        return picked is not None and picked.numel() == 0 and not everywhere
 
     def sample(self, x: torch.Tensor) -> torch.Tensor:
-        if self.everywhere:
+        picked, everywhere, _ = self._layout
+        if everywhere:
             return x[self.valid[:, None].expand_as(x)]
         flat = x.reshape(-1)[::self.step]
-        return flat if self.picked is None else flat[self.picked]
+        return flat if picked is None else flat[picked]
 
     def range(self, x: torch.Tensor, exact: bool = False) -> tuple[float, float]:
         if self.empty:
@@ -71,7 +80,7 @@ class ValidStats:
             lo, hi = torch.aminmax(x)
         else:
             # invalid voxels take a valid value: the range of the valid ones is unchanged
-            fill = x.reshape(-1)[self.fill_at]
+            fill = x.reshape(-1)[self._layout[2]]
             lo, hi = torch.aminmax(torch.where(self.valid[:, None], x, fill))
         return float(lo), float(hi)
 
@@ -81,19 +90,6 @@ class ValidStats:
             return 0.0, 1.0
         std, mean = torch.std_mean(sample, correction=0)
         return float(mean), max(float(std), EPS)
-
-
-class _LazyStats:
-    """A sample's :class:`ValidStats`, set up on the first statistic a transform asks
-    for (blur or low resolution alone need none)."""
-
-    def __init__(self, x: torch.Tensor, valid: torch.Tensor, all_valid: bool):
-        self._args, self._stats = (x, valid, all_valid), None
-
-    def __getattr__(self, name):
-        if self._stats is None:
-            self._stats = ValidStats(*self._args)
-        return getattr(self._stats, name)
 
 
 @functools.lru_cache(maxsize=8)
@@ -173,7 +169,7 @@ def apply_intensity(x: torch.Tensor, valid: torch.Tensor, params: list[SamplePar
         if not p.changes_intensity:
             continue
         xi = out[i:i + 1]
-        stats = _LazyStats(xi, valid[i:i + 1], all_valid[i])
+        stats = ValidStats(xi, valid[i:i + 1], all_valid[i])
         if p.bias:
             lo, _ = stats.range(xi)
             # (x - lo) * field + lo as x * field + lo * (1 - field): one pass over the
