@@ -117,7 +117,7 @@ def _demo_build_in_background(request, tmp_path_factory):
         return
     # The cohort alone when no selected test reads a cache built from it (the ANTs test
     # of `make test-calibration`): the default pipeline over it is a minute of both cores.
-    cache = any("demo_cache" in getattr(item, "fixturenames", ()) for item in request.session.items)
+    cache = any(_demo_need(item) == 2 for item in request.session.items)
     process = start_background_build(shared_folder(tmp_path_factory), cache=cache)
     # No os.nice for the workers to step back for it: under it the tests that time a
     # run (Ctrl-C on Slurm) starved and failed, and the whole run was no shorter.

@@ -1,7 +1,7 @@
 """Synthetic people built once per test run, whatever the number of xdist workers.
 
-A synthetic person (:func:`mriprep.demo.anatomy.synthetic_person`) takes about 3 s of
-one core, 7 s for a process's first (the template on its canvas and its distance map are
+A synthetic person (:func:`mriprep.demo.anatomy.synthetic_person`) takes seconds of one
+core, more for a process's first (the template on its canvas and its distance map are
 built once per process: docs/benchmarks.md, "Demo data"), and
 :func:`mriprep.demo.calibration.person` keeps it for its own process only: with two
 xdist workers, most of the people the suite uses were built twice.

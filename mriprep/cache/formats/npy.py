@@ -90,10 +90,10 @@ class NpyFormat(TensorFormat):
     def scan(self, path: Path, buffer: bytearray | None, start: StartScan) -> FileScan:
         """One read of the file: the header is parsed by :func:`open_npy`, exactly as the
         Dataset opens the file, so a file that cannot be memory-mapped safely is reported
-        here; then the data are read in chunks
-        of whole slices into ``buffer``, each feeding the checksum and, while it is still
-        in the CPU cache, the sink. A short file or bytes after the data are
-        ``FILE_SIZE`` problems, Fortran order a ``LAYOUT`` one (no values analysed)."""
+        here; then the data are read in chunks of whole slices into ``buffer``, each
+        feeding the checksum and, while it is still in the CPU cache, the sink. A short
+        file or bytes after the data are ``FILE_SIZE`` problems, Fortran order a
+        ``LAYOUT`` one (no values analysed)."""
         scan = FileScan()
         try:
             mapped = open_npy(path)
