@@ -76,15 +76,28 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
     # traceback at INFO, under the run's one-line interruption message. A local or
     # Slurm cluster is silenced while it runs too (its own silence_logs), but that ends
     # as it closes; a remote scheduler's warnings still show while the run lasts.
+    # After Ctrl-C they stay silenced: the event loop's thread outlives the cluster, and
+    # a write that the shutdown cut can fail, and be logged, after the close returned.
+    from distributed.utils import silence_logging_cmgr
+
     closing = contextlib.ExitStack()
     with closing:
         with _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs) as pair:
             try:
                 yield pair
+            except KeyboardInterrupt:
+                _silence_distributed_below_error()
+                raise
             finally:
-                from distributed.utils import silence_logging_cmgr
-
                 closing.enter_context(silence_logging_cmgr(logging.ERROR))
+
+
+def _silence_distributed_below_error() -> None:
+    """From now on in this process, distributed's stream handlers show only errors (the
+    handlers distributed itself installs on its ``distributed`` logger)."""
+    for handler in logging.getLogger("distributed").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setLevel(max(handler.level, logging.ERROR))
 
 
 @contextlib.contextmanager

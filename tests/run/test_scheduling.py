@@ -1,4 +1,5 @@
-"""Worker set-up: pinned thread pools and the memory settings that keep stages steady."""
+"""Worker set-up (pinned thread pools, memory settings that keep stages steady) and
+distributed's logging around a run's close."""
 
 from __future__ import annotations
 
@@ -100,3 +101,47 @@ def test_dask_env_vars_set_the_same_config_in_a_process_started_elsewhere():
     out = subprocess.run([sys.executable, "-c", script, json.dumps(list(QUIET_DASK_CONFIG))],
                          capture_output=True, text=True, check=True, env=env).stdout
     assert json.loads(out) == QUIET_DASK_CONFIG
+
+
+
+@pytest.fixture
+def distributed_stream():
+    """The stream handler distributed installs on its logger in a CLI process (not under
+    pytest, whose root handler it defers to), writing into a buffer; removed after."""
+    import io
+    import logging
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("distributed")
+    logger.addHandler(handler)
+    yield handler, stream
+    logger.removeHandler(handler)
+
+
+def test_distributed_stays_quiet_after_ctrl_c_and_speaks_again_after_a_normal_close(
+        distributed_stream, monkeypatch):
+    # Ctrl-C: distributed's loop thread can log a cut connection after the cluster has
+    # closed, under the run's one-line message; a run that ends normally restores it.
+    import contextlib
+    import logging
+
+    import mriprep.run.scheduling as scheduling
+
+    @contextlib.contextmanager
+    def no_cluster(*args):
+        yield None, None
+
+    monkeypatch.setattr(scheduling, "_client_for", no_cluster)
+    handler, stream = distributed_stream
+    log = logging.getLogger("distributed.batched")
+    with scheduling.scheduler_client("processes", 1, 1, True):
+        pass
+    assert handler.level == logging.NOTSET
+    with pytest.raises(KeyboardInterrupt):
+        with scheduling.scheduler_client("processes", 1, 1, True):
+            raise KeyboardInterrupt
+    log.info("Batched Comm Closed")
+    log.error("a real error")
+    assert "Batched Comm Closed" not in stream.getvalue()
+    assert "a real error" in stream.getvalue()
