@@ -16,17 +16,20 @@ Gaussian noise, gamma/contrast.
 * TorchIO: ``RandomAffine + RandomElasticDeformation + RandomBiasField + RandomNoise +
   RandomGamma`` on ``tio.Subject`` s (slices as ``[7, 256, 256, 1]`` volumes), in as many
   workers;
-* mriprep, batched in workers (the headline row): ``Augment`` on each collated batch in
-  the workers (its ``collate_fn``), one torch thread each: how a CPU-only host runs it;
+* mriprep, batched in workers (the headline row): ``Augment.collate`` as the loaders'
+  ``collate_fn``, each batch augmented in its worker, one torch thread each: how a
+  CPU-only host runs it;
 * mriprep, batched in the main process with ``--workers`` torch threads (the workers
   only hand over the items): where a GPU host runs it, on the GPU instead (see
   ``benchmarks/gpu_check.py``);
 * mriprep, per item: ``Augment`` as the dataset's transform in the workers, as the
   anchors run (to separate batching from the transform's own cost).
 
-Every loader gets one batch per worker per epoch, and every row runs ``--rounds`` epochs
-(the best counts, for mriprep and the anchors alike); the ratios are against the faster
-anchor in this run. Nothing is asserted.
+Every loader gets one batch per worker per epoch of 3D patches, four of slices (one
+batch of slices is a quarter of a second: an epoch of one measured the loader's start
+more than the transforms), and every row runs ``--rounds`` epochs (the best counts, for
+mriprep and the anchors alike); the ratios are against the faster anchor in this run.
+Nothing is asserted.
 
     python benchmarks/bench_augment.py [--quick] [--workers 2] [--rounds 2]
 """
@@ -41,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -172,22 +175,6 @@ def measure(loader, rounds: int, augment=None) -> float:
     return best
 
 
-class BatchAugment:
-    """``collate_fn`` that augments the collated batch in the worker (CPU-only hosts)."""
-
-    def __init__(self):
-        self.augment = Augment(**OURS)
-
-    def __call__(self, items):
-        batch = default_collate(items)  # in a worker: tensors in shared memory
-        out = self.augment(batch)
-        # back into the shared-memory tensors: a fresh tensor returned by a worker is
-        # moved to shared memory on the way out, which cost more than the augmentation
-        for key in ("image", "valid", "label"):
-            out[key] = batch[key].copy_(out[key])
-        return out
-
-
 def _per_item(sample):
     out = Augment(**OURS)({k: (v[None] if isinstance(v, torch.Tensor) else [v])
                            for k, v in sample.items()})
@@ -201,7 +188,7 @@ def workload(name: str, items: list[dict], batch: int, workers: int, rounds: int
     common = dict(batch_size=batch, num_workers=workers, persistent_workers=workers > 0)
     results = {}
     results["mriprep Augment, batched in workers"] = measure(
-        DataLoader(Items(items), collate_fn=BatchAugment(), **common), rounds)
+        DataLoader(Items(items), collate_fn=Augment(**OURS).collate, **common), rounds)
     if main_process:
         # torch's intra-op threads, as on a GPU host the device would do this work; on a
         # CPU shared with other jobs, threads wait on each other (see docs/benchmarks.md)
@@ -250,8 +237,8 @@ def main(argv=None) -> int:
     parser.add_argument("--skip", action="append", default=[], choices=("monai", "torchio"))
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
-    # one batch per worker: every tool keeps every worker busy
-    n3d, n2d = 2 * args.workers, 16 * args.workers
+    # whole batches per worker: every tool keeps every worker busy
+    n3d, n2d = 2 * args.workers, 4 * 16 * args.workers
     print(f"CPU, {args.workers} workers, torch {torch.__version__}; this bench does not use "
           "a GPU (benchmarks/gpu_check.py times Augment on CUDA)")
     skip = set(args.skip)

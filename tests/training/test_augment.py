@@ -322,6 +322,24 @@ def test_cpu_chunks_give_the_batch_result(monkeypatch):
     assert chunked["subject_id"] == batch["subject_id"]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_collate_in_the_workers_gives_the_batch_result(monkeypatch, workers):
+    import mriprep.training.augment.module as module
+
+    batch = default_collate([Small()[i] for i in range(6)])
+    expected = _augment()(dict(batch))
+    monkeypatch.setattr(module, "CPU_CHUNK_BYTES", 2 * 4 * 10 ** 3)  # 2 samples a chunk
+    augment = _augment()
+    loader = DataLoader(Small(), batch_size=3, num_workers=workers,
+                        collate_fn=augment.collate)
+    got = list(loader)
+    for key in ("image", "valid", "label", "location"):
+        assert torch.equal(torch.cat([g[key] for g in got]), expected[key]), key
+        assert all(g[key].dtype == expected[key].dtype for g in got)
+    assert [p for g in got for p in g["augment"]] == expected["augment"]
+    assert [s for g in got for s in g["subject_id"]] == batch["subject_id"]
+
+
 def test_epochs_differ_and_recorded_parameters_replay():
     batch = default_collate([Small()[i] for i in range(2)])
     augment = _augment()

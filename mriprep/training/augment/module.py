@@ -71,7 +71,8 @@ class Augment(torch.nn.Module):
     input when that matters. Per-label linear labels cost one interpolation per 8 labels.
     On the CPU a batch is worked through a few samples at a time (each stays in cache;
     results are the same), and intra-op threads on a CPU shared with loader workers
-    mostly wait on each other: there, run it in the workers' ``collate_fn``.
+    mostly wait on each other: there, augment in the workers, with :meth:`collate` as
+    the DataLoader's ``collate_fn``.
     Figures: ``docs/benchmarks.md`` (augment).
     """
 
@@ -116,16 +117,58 @@ class Augment(torch.nn.Module):
                 return self._augment(dict(batch), epoch, sample_ids, params)
             # On the CPU, a few samples at a time: each stays in cache through its ~20
             # passes, where whole-batch passes stream from memory (slower: `make bench`
-            # augment). A sample's result never depends on its batch.
+            # augment), and goes into the output while it is still in cache. A sample's
+            # result never depends on its batch.
             b = len(image)
             if params is None:
                 ndim = image.dim() - 2
                 params = self._params(dict(batch), b, ndim, epoch, sample_ids, None)
-            parts = [self._augment(_rows(batch, b, i, i + chunk), epoch, None,
-                                   params[i:i + chunk]) for i in range(0, b, chunk)]
-            joined = _join(parts, b)
-            self.last_params = [SampleParams.from_dict(p) for p in joined["augment"]]
-            return joined
+            return self._in_chunks(lambda i, j: _rows(batch, b, i, j), batch, b, chunk,
+                                   epoch, params, _private_tensor)
+
+    def collate(self, items: Sequence[Mapping]) -> dict:
+        """A DataLoader ``collate_fn`` that augments each batch in the worker that loads
+        it, for hosts whose training runs on the CPU::
+
+            DataLoader(dataset, batch_size=16, num_workers=2, collate_fn=augment.collate)
+
+        The same result as ``augment(default_collate(items))``, with fewer passes over
+        memory: items are stacked a few at a time, each chunk augmented while in cache,
+        and its result written straight into the batch's tensors, which a worker
+        allocates in shared memory (where ``default_collate`` would have copied the
+        inputs, and the outputs then again). The workers' copies of this module keep
+        the epoch they started with: with ``persistent_workers``, the draws repeat
+        every epoch (a warning says so).
+        """
+        from torch.utils.data import default_collate, get_worker_info
+
+        from mriprep.training.buffers import shared_tensor
+
+        heavy = ("image", "valid", "label", *self.config.weight_keys)
+        batch = default_collate([{k: v for k, v in item.items() if k not in heavy}
+                                 for item in items])
+        first = torch.as_tensor(items[0]["image"])[None]
+        b = len(items)
+        with torch.no_grad():
+            params = self._params(batch, b, first.dim() - 2, None, None, None)
+            new_tensor = shared_tensor if get_worker_info() is not None else _private_tensor
+            return self._in_chunks(lambda i, j: _stacked(items[i:j], heavy), batch, b,
+                                   _cpu_chunk(first), None, params, new_tensor)
+
+    def _in_chunks(self, rows, batch: Mapping, b: int, chunk: int, epoch, params,
+                   new_tensor) -> dict:
+        """Samples ``rows(i, j)`` of a batch of ``b``, augmented ``chunk`` at a time,
+        each chunk's results copied into the batch's outputs (:func:`_outputs`)."""
+        out, slots, drawn = None, [], []
+        for i in range(0, b, chunk):
+            part = self._augment(rows(i, i + chunk), epoch, None, params[i:i + chunk])
+            if out is None:
+                out, slots = _outputs(batch, part, b, new_tensor)
+            _place(out, slots, part, i)
+            drawn += part["augment"]
+        out["augment"] = drawn
+        self.last_params = [SampleParams.from_dict(p) for p in drawn]
+        return out
 
     # -- the work ---------------------------------------------------------------------
 
@@ -176,12 +219,13 @@ class Augment(torch.nn.Module):
         if any(p.changes_intensity for p in params):
             every = valid.flatten(1).all(1).tolist()
             image = apply_intensity(image, valid, params, c.bias_order, every)
-        # one pass and one synchronisation when nothing needs clamping (the usual case)
-        low, high = torch.aminmax(image.flatten(1), dim=1)
+        # one pass and one synchronisation when nothing needs clamping (the usual case),
+        # over the whole batch: on the CPU, a per-sample reduction took 8 times as long
+        low, high = torch.aminmax(image)
         over = [0] * b
         # (written so that a NaN, which fails every comparison, takes the clamping branch:
         # an overflow to Inf in one transform can make a NaN in the next)
-        if not bool((torch.maximum(-low, high) <= c.clamp).all()):
+        if not bool(torch.maximum(-low, high) <= c.clamp):
             over = (~(image.abs() <= c.clamp)).flatten(1).sum(1).tolist()
             image = torch.nan_to_num(image, nan=0.0, posinf=c.clamp, neginf=-c.clamp)
             image = image.clamp(-c.clamp, c.clamp)
@@ -306,8 +350,9 @@ class Augment(torch.nn.Module):
         return f"epoch={self.epoch}, {self.config}"
 
 
-#: bytes of image per CPU chunk: about what a core's share of cache holds
-CPU_CHUNK_BYTES = 4 << 20
+#: bytes of image per CPU chunk: about a core's L2 cache. One 7 x 256 x 256 slice per
+#: chunk was faster than two in the workers (`make bench` augment, docs/benchmarks.md).
+CPU_CHUNK_BYTES = 2 << 20
 
 
 def _cpu_chunk(image: torch.Tensor) -> int:
@@ -330,19 +375,41 @@ def _rows(batch: Mapping, b: int, start: int, stop: int) -> dict:
     return out
 
 
-def _join(parts: list[dict], b: int) -> dict:
-    out = {}
-    for k, first in parts[0].items():
-        if isinstance(first, torch.Tensor) and first.dim() > 0 and \
-                sum(len(p[k]) for p in parts) == b and len(parts) > 1:
-            out[k] = torch.cat([p[k] for p in parts])
-        elif isinstance(first, list) and sum(len(p[k]) for p in parts) == b:
-            out[k] = [x for p in parts for x in p[k]]
-        elif isinstance(first, tuple) and sum(len(p[k]) for p in parts) == b:
-            out[k] = tuple(x for p in parts for x in p[k])
-        else:
-            out[k] = first
-    return out
+def _per_sample_tensor(value, b: int) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() > 0 and len(value) == b
+
+
+def _outputs(batch: Mapping, first: Mapping, b: int, new_tensor) -> tuple[dict, list[str]]:
+    """Where a batch of ``b`` samples' results go, given the results ``first`` of its
+    first samples: (the output dict, the keys of its per-sample tensors, each a
+    ``new_tensor(shape, dtype)`` of ``b`` samples)."""
+    out, slots = dict(batch), []
+    for k, value in first.items():
+        per_sample = (_per_sample_tensor(batch[k], b) if k in batch
+                      else isinstance(value, torch.Tensor) and value.dim() > 0)
+        if k == "augment" or not per_sample:
+            # what the augmentation passes through is the batch's (whole lists of ids)
+            out[k] = batch[k] if k in batch and k != "augment" else value
+            continue
+        slots.append(k)
+        out[k] = new_tensor((b, *value.shape[1:]), value.dtype)
+    return out, slots
+
+
+def _private_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype)
+
+
+def _stacked(items: Sequence[Mapping], keys: Sequence[str]) -> dict:
+    """``keys`` of ``items`` stacked into a batch, in this process's own memory (in a
+    worker, ``default_collate`` would allocate it in shared memory)."""
+    return {k: torch.stack([torch.as_tensor(item[k]) for item in items])
+            for k in keys if k in items[0]}
+
+
+def _place(out: dict, slots: list[str], part: Mapping, start: int) -> None:
+    for k in slots:
+        out[k][start:start + len(part[k])].copy_(part[k])
 
 
 def _as_permutation(lr_swap) -> torch.Tensor | None:
