@@ -396,6 +396,11 @@ def test_monai_meta_tensors_come_back_as_meta_tensors():
     assert torch.equal(out["image"].affine, affine)
     assert out["label"].dtype == torch.float32
     assert set(out["label"].unique().tolist()) <= {0.0, 1.0, 2.0}
+    items = [{"image": image[i], "label": label[i], "subject_id": s}
+             for i, s in enumerate("ab")]
+    collated = Augment(**EVERYTHING).collate(items)
+    assert isinstance(collated["image"], monai.MetaTensor)
+    assert torch.equal(collated["image"].as_tensor(), out["image"].as_tensor())
 
 
 def test_the_config_round_trips_through_yaml_and_refuses_unknown_options():

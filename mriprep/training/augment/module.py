@@ -144,6 +144,8 @@ class Augment(torch.nn.Module):
 
         from mriprep.training.buffers import shared_tensor
 
+        if any(_is_meta(v) for v in items[0].values()):
+            return self(default_collate(items))  # MetaTensors keep their meta this way
         heavy = ("image", "valid", "label", *self.config.weight_keys)
         batch = default_collate([{k: v for k, v in item.items() if k not in heavy}
                                  for item in items])
