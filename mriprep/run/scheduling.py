@@ -76,10 +76,12 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
     # traceback at INFO, under the run's one-line interruption message. A local or
     # Slurm cluster is silenced while it runs too (its own silence_logs), but that ends
     # as it closes; a remote scheduler's warnings still show while the run lasts.
-    # After Ctrl-C they stay silenced: the event loop's thread outlives the cluster, and
-    # a write that the shutdown cut can fail, and be logged, after the close returned.
+    # After Ctrl-C they stay silenced until the next run: the event loop's thread
+    # outlives the cluster, and a write that the shutdown cut can fail, and be logged,
+    # after the close returned.
     from distributed.utils import silence_logging_cmgr
 
+    _restore_distributed_logs()
     closing = contextlib.ExitStack()
     with closing:
         with _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs) as pair:
@@ -92,12 +94,23 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
                 closing.enter_context(silence_logging_cmgr(logging.ERROR))
 
 
+# Levels of distributed's stream handlers before an interrupted run silenced them.
+_SILENCED: list[tuple[logging.Handler, int]] = []
+
+
 def _silence_distributed_below_error() -> None:
-    """From now on in this process, distributed's stream handlers show only errors (the
-    handlers distributed itself installs on its ``distributed`` logger)."""
+    """Until the next run, distributed's stream handlers (those it installs on its
+    ``distributed`` logger; not a file handler someone added) show only errors."""
     for handler in logging.getLogger("distributed").handlers:
-        if isinstance(handler, logging.StreamHandler):
-            handler.setLevel(max(handler.level, logging.ERROR))
+        if type(handler) is logging.StreamHandler and handler.level < logging.ERROR:
+            _SILENCED.append((handler, handler.level))
+            handler.setLevel(logging.ERROR)
+
+
+def _restore_distributed_logs() -> None:
+    while _SILENCED:
+        handler, level = _SILENCED.pop()
+        handler.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -190,6 +190,19 @@ def _lateral_batch():
     return {"image": label[:, None].float(), "label": label, "subject_id": ["a", "b"]}
 
 
+@pytest.mark.parametrize("gamma", [0.2, 0.74, 1.0, 1.45])
+def test_gamma_maps_the_valid_range_onto_itself_as_the_power_law_says(gamma):
+    # the fast path (exp(gamma log t), t floored) and pow below FAST_GAMMA_MIN alike
+    image = torch.linspace(-3.0, 5.0, 4096).reshape(1, 1, 16, 16, 16)
+    augment = Augment(**dict(NOTHING, gamma_prob=1.0), gamma=(gamma, gamma))
+    out = augment({"image": image, "subject_id": ["a"]})["image"].double()
+    t = (image.double() + 3.0) / 8.0
+    expected = t ** gamma * 8.0 - 3.0
+    assert (out - expected).abs().max() < 1e-5
+    assert out.flatten()[0] == pytest.approx(-3.0, abs=1e-12)  # the minimum stays put
+    assert out.flatten()[-1] == pytest.approx(5.0, abs=1e-5)
+
+
 @pytest.mark.parametrize("swap", [Table(), torch.tensor([0, 2, 1, 3]), [0, 2, 1, 3]])
 def test_a_flip_with_the_table_swaps_the_left_and_right_classes(swap):
     batch = _lateral_batch()
@@ -338,6 +351,40 @@ def test_collate_in_the_workers_gives_the_batch_result(monkeypatch, workers):
         assert all(g[key].dtype == expected[key].dtype for g in got)
     assert [p for g in got for p in g["augment"]] == expected["augment"]
     assert [s for g in got for s in g["subject_id"]] == batch["subject_id"]
+
+
+def test_the_mirror_axis_comes_from_the_whole_batchs_affine(monkeypatch):
+    # items carry their affine, whose world x runs along the item's last axis: chunks of
+    # items, and rows of an un-batched [4, 4] affine in a batch of 4, must not change it
+    import mriprep.training.augment.module as module
+
+    affine = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0],
+                           [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
+    items = [dict(Small()[i], affine=affine) for i in range(4)]
+    def augment():
+        return Augment(**{**NOTHING, "flip_prob": 0.5}, lateralised_labels=False, seed=3)
+
+    expected = augment()(default_collate(items))
+    assert {p["flip"] for p in expected["augment"]} == {True, False}
+    monkeypatch.setattr(module, "CPU_CHUNK_BYTES", 4 * 10 ** 3)  # one sample a chunk
+    collated = augment().collate(items)
+    batch = default_collate(items)
+    batch["affine"] = affine  # one affine for the batch
+    chunked = augment()(batch)
+    for out in (collated, chunked):
+        assert out["augment"] == expected["augment"]
+        for key in ("image", "valid", "label"):
+            assert torch.equal(out[key], expected[key]), key
+
+
+def test_collate_refuses_items_without_identity_and_ignores_autocast():
+    with pytest.raises(ValueError, match="subject_id"):
+        _augment().collate([{"image": torch.zeros(1, 4, 4, 4)}] * 2)
+    items = [Small()[i] for i in range(3)]
+    expected = _augment().collate(items)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = _augment().collate(items)
+    assert torch.equal(got["image"], expected["image"]) and got["image"].dtype == torch.float32
 
 
 def test_epochs_differ_and_recorded_parameters_replay():

@@ -16,6 +16,7 @@ from mriprep.training.augment.intensity import apply_intensity
 from mriprep.training.augment.params import SampleParams, draw, sample_id_of
 
 _IDENTITY_KEYS = ("subject_id", "session_id", "location", "slice_index")
+_FROM_DATA = object()  # the mirror's axis is read from the batch given
 
 
 class Augment(torch.nn.Module):
@@ -69,10 +70,10 @@ class Augment(torch.nn.Module):
     motion in mm. Rotation is about the item's centre; what a patch rotates in from
     outside itself is out of the grid (invalid), so crop patches larger than the network
     input when that matters. Per-label linear labels cost one interpolation per 8 labels.
-    On the CPU a batch is worked through a few samples at a time (each stays in cache;
-    results are the same), and intra-op threads on a CPU shared with loader workers
-    mostly wait on each other: there, augment in the workers, with :meth:`collate` as
-    the DataLoader's ``collate_fn``.
+    On the CPU a batch is worked through one sample at a time where one fits the cache
+    (:data:`CPU_CHUNK_BYTES`; results are the same), and intra-op threads on a CPU
+    shared with loader workers mostly wait on each other: there, augment in the
+    workers, with :meth:`collate` as the DataLoader's ``collate_fn``.
     Figures: ``docs/benchmarks.md`` (augment).
     """
 
@@ -115,7 +116,7 @@ class Augment(torch.nn.Module):
             chunk = _cpu_chunk(image)
             if chunk >= len(image) or any(_is_meta(v) for v in batch.values()):
                 return self._augment(dict(batch), epoch, sample_ids, params)
-            # On the CPU, a few samples at a time: each stays in cache through its ~20
+            # On the CPU, a sample or a few at a time: each stays in cache through its ~20
             # passes, where whole-batch passes stream from memory (slower: `make bench`
             # augment), and goes into the output while it is still in cache. A sample's
             # result never depends on its batch.
@@ -124,7 +125,7 @@ class Augment(torch.nn.Module):
                 ndim = image.dim() - 2
                 params = self._params(dict(batch), b, ndim, epoch, sample_ids, None)
             return self._in_chunks(lambda i, j: _rows(batch, b, i, j), batch, b, chunk,
-                                   epoch, params, _private_tensor)
+                                   epoch, params, _private_tensor, image.dim() - 2)
 
     def collate(self, items: Sequence[Mapping]) -> dict:
         """A DataLoader ``collate_fn`` that augments each batch in the worker that loads
@@ -133,12 +134,16 @@ class Augment(torch.nn.Module):
             DataLoader(dataset, batch_size=16, num_workers=2, collate_fn=augment.collate)
 
         The same result as ``augment(default_collate(items))``, with fewer passes over
-        memory: items are stacked a few at a time, each chunk augmented while in cache,
-        and its result written straight into the batch's tensors, which a worker
-        allocates in shared memory (where ``default_collate`` would have copied the
-        inputs, and the outputs then again). The workers' copies of this module keep
-        the epoch they started with: with ``persistent_workers``, the draws repeat
-        every epoch (a warning says so).
+        memory: items are stacked a chunk at a time (:data:`CPU_CHUNK_BYTES`), each
+        chunk augmented while in cache, and its result written straight into the
+        batch's tensors, which a worker allocates in shared memory (where
+        ``default_collate`` would have copied the inputs, and the outputs then again).
+
+        Items need identity keys (``subject_id``...): each worker numbers its own calls,
+        so call numbers would repeat across workers. The workers' copies of this module
+        keep the epoch they started with (with ``persistent_workers`` the draws repeat
+        every epoch; a warning says so), and their ``last_params`` and ``clamp_count``:
+        read ``batch["augment"]`` in the main process.
         """
         from torch.utils.data import default_collate, get_worker_info
 
@@ -146,24 +151,35 @@ class Augment(torch.nn.Module):
 
         if any(_is_meta(v) for v in items[0].values()):
             return self(default_collate(items))  # MetaTensors keep their meta this way
-        heavy = ("image", "valid", "label", *self.config.weight_keys)
+        if "subject_id" not in items[0]:
+            raise ValueError(
+                "Augment.collate: items without a subject_id: in DataLoader workers, each "
+                "worker numbers its own calls, so samples would share draws; give items "
+                "identity keys (subject_id, and location or slice_index for patches and "
+                "slices), or augment the collated batch in the main process")
+        heavy = [k for k in ("image", "valid", "label", *self.config.weight_keys)
+                 if k in items[0]]
         batch = default_collate([{k: v for k, v in item.items() if k not in heavy}
                                  for item in items])
         first = torch.as_tensor(items[0]["image"])[None]
-        b = len(items)
-        with torch.no_grad():
-            params = self._params(batch, b, first.dim() - 2, None, None, None)
+        b, ndim = len(items), first.dim() - 2
+        with torch.no_grad(), _no_autocast(first.device):
+            params = self._params(batch, b, ndim, None, None, None)
             new_tensor = shared_tensor if get_worker_info() is not None else _private_tensor
             return self._in_chunks(lambda i, j: _stacked(items[i:j], heavy), batch, b,
-                                   _cpu_chunk(first), None, params, new_tensor)
+                                   _cpu_chunk(first), None, params, new_tensor, ndim)
 
     def _in_chunks(self, rows, batch: Mapping, b: int, chunk: int, epoch, params,
-                   new_tensor) -> dict:
+                   new_tensor, ndim: int) -> dict:
         """Samples ``rows(i, j)`` of a batch of ``b``, augmented ``chunk`` at a time,
-        each chunk's results copied into the batch's outputs (:func:`_outputs`)."""
+        each chunk's results copied into the batch's outputs (:func:`_outputs`). The
+        mirror's axis comes from the whole batch (its ``affine``, which a chunk of
+        items lacks, or a chunk's rows might slice)."""
+        lr_axis = self._lr_axis(batch, ndim)
         out, slots, drawn = None, [], []
         for i in range(0, b, chunk):
-            part = self._augment(rows(i, i + chunk), epoch, None, params[i:i + chunk])
+            part = self._augment(rows(i, i + chunk), epoch, None, params[i:i + chunk],
+                                 lr_axis)
             if out is None:
                 out, slots = _outputs(batch, part, b, new_tensor)
             _place(out, slots, part, i)
@@ -174,7 +190,7 @@ class Augment(torch.nn.Module):
 
     # -- the work ---------------------------------------------------------------------
 
-    def _augment(self, data: dict, epoch, sample_ids, params) -> dict:
+    def _augment(self, data: dict, epoch, sample_ids, params, lr_axis=_FROM_DATA) -> dict:
         c = self.config
         original = data["image"]
         image = _plain(original)
@@ -198,7 +214,8 @@ class Augment(torch.nn.Module):
                    for k in c.weight_keys if k in data}
 
         params = self._params(data, b, ndim, epoch, sample_ids, params)
-        lr_axis = self._lr_axis(data, ndim)
+        if lr_axis is _FROM_DATA:
+            lr_axis = self._lr_axis(data, ndim)
         if lr_axis is None:
             for p in params:
                 p.flip = False
@@ -405,8 +422,7 @@ def _private_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
 def _stacked(items: Sequence[Mapping], keys: Sequence[str]) -> dict:
     """``keys`` of ``items`` stacked into a batch, in this process's own memory (in a
     worker, ``default_collate`` would allocate it in shared memory)."""
-    return {k: torch.stack([torch.as_tensor(item[k]) for item in items])
-            for k in keys if k in items[0]}
+    return {k: torch.stack([torch.as_tensor(item[k]) for item in items]) for k in keys}
 
 
 def _place(out: dict, slots: list[str], part: Mapping, start: int) -> None:
