@@ -61,6 +61,7 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
     SchedulerError
         An unknown scheduler name, an unreachable address, a profile Slurm refuses.
     """
+    _restore_distributed_logs()  # an interrupted run before this one silenced them
     if scheduler in ("threads", "sync") or (scheduler in ("processes", "slurm")
                                             and not needed):
         yield None, None
@@ -81,7 +82,6 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
     # after the close returned.
     from distributed.utils import silence_logging_cmgr
 
-    _restore_distributed_logs()
     closing = contextlib.ExitStack()
     with closing:
         with _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs) as pair:

@@ -361,6 +361,7 @@ def test_the_mirror_axis_comes_from_the_whole_batchs_affine(monkeypatch):
     affine = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0],
                            [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
     items = [dict(Small()[i], affine=affine) for i in range(4)]
+
     def augment():
         return Augment(**{**NOTHING, "flip_prob": 0.5}, lateralised_labels=False, seed=3)
 
