@@ -80,27 +80,30 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
     # After Ctrl-C they stay silenced until the next run: the event loop's thread
     # outlives the cluster, and a write that the shutdown cut can fail, and be logged,
     # after the close returned.
-    from distributed.utils import silence_logging_cmgr
-
-    closing = contextlib.ExitStack()
-    with closing:
+    interrupted = False
+    try:
         with _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs) as pair:
             try:
                 yield pair
             except KeyboardInterrupt:
-                _silence_distributed_below_error()
+                interrupted = True
                 raise
             finally:
-                closing.enter_context(silence_logging_cmgr(logging.ERROR))
+                _silence_distributed_below_error()
+    finally:
+        if not interrupted:
+            _restore_distributed_logs()
 
 
-# Levels of distributed's stream handlers before an interrupted run silenced them.
+# Levels of distributed's stream handlers before a closing or interrupted run
+# silenced them.
 _SILENCED: list[tuple[logging.Handler, int]] = []
 
 
 def _silence_distributed_below_error() -> None:
-    """Until the next run, distributed's stream handlers (those it installs on its
-    ``distributed`` logger; not a file handler someone added) show only errors."""
+    """Until :func:`_restore_distributed_logs`, distributed's stream handlers (those it
+    installs on its ``distributed`` logger; not a file handler someone added) show only
+    errors."""
     for handler in logging.getLogger("distributed").handlers:
         if type(handler) is logging.StreamHandler and handler.level < logging.ERROR:
             _SILENCED.append((handler, handler.level))
