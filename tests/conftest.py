@@ -29,6 +29,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 HEAVY = (
     "tests/demo/test_conform_fidelity.py",
     "tests/demo/test_demo.py",
+    "tests/demo/test_registration_sets.py",
     "tests/pipelines/test_conform_pipeline.py",
     "tests/pipelines/test_template_swap.py",
     "tests/pipelines/test_pipeline.py::test_a_wheel_in_a_fresh_virtualenv",
@@ -38,6 +39,7 @@ HEAVY = (
     "tests/stages/test_plausibility.py",
     "tests/stages/test_register.py",
     "tests/stages/test_register_ants.py",
+    "tests/stages/test_register_heldout.py",
     "tests/stages/test_register_population.py",
     "tests/stages/test_register_pyramid.py",
     "tests/test_real_scans.py",

@@ -58,6 +58,11 @@ class Anatomy:
     name : str
     details : dict
         How it was made (warp size, head scale, contrast levels...).
+    mni_frame : ndarray, shape (4, 4)
+        An approximate map from anatomy space to MNI152's world, for placing edits that
+        are defined in the template's frame (the defacing plane); never a truth to score
+        against. The identity for synthetic people (their anatomy space is MNI152's,
+        warped) and Colin27; see :mod:`mriprep.demo.real_scans` for the other real heads.
     """
 
     image: np.ndarray
@@ -66,6 +71,7 @@ class Anatomy:
     template_to_anatomy: np.ndarray | None
     name: str
     details: dict = field(default_factory=dict)
+    mni_frame: np.ndarray = field(default_factory=lambda: np.eye(4))
 
     def head_points(self, step: int = 4) -> np.ndarray:
         """Anatomy-space points (mm) of the head, every ``step``-th voxel per axis."""
@@ -345,10 +351,27 @@ def rigid_fit(source: np.ndarray, target: np.ndarray) -> np.ndarray:
     return matrix
 
 
-def real_anatomy(path, name: str | None = None) -> Anatomy:
-    """A real scan as an anatomy: its voxels and affine, no labels, no rigid truth."""
-    import nibabel as nib
+def real_anatomy(path, name: str | None = None, brain_mask=None,
+                 mni_frame: np.ndarray | None = None) -> Anatomy:
+    """A real scan as an anatomy: its voxels and affine, no labels, no rigid truth.
 
-    img = nib.as_closest_canonical(nib.load(str(path)))
-    image = np.asarray(img.dataobj, dtype=np.float32)
-    return Anatomy(image, None, img.affine.copy(), None, name or str(path))
+    The file is read as ``mriprep run`` reads it (:func:`~mriprep.inputs.readers.load_volume`:
+    a 4-D file with one volume is a 3-D volume), in RAS+ voxel order. ``brain_mask``, an
+    image on the same grid, keeps only the voxels it marks (a skull-stripped copy, with
+    exact zeros elsewhere, as a brain extraction writes them); ``mni_frame`` is the
+    anatomy's approximate frame in MNI152 space (identity when None).
+    """
+    from mriprep.inputs.readers import load_volume
+    from mriprep.stages.reorient import reoriented
+
+    volume = reoriented(load_volume(path), "RAS", contiguous=True)
+    image = volume.data
+    if brain_mask is not None:
+        mask = reoriented(load_volume(brain_mask), "RAS", contiguous=True)
+        if mask.shape != volume.shape or not np.allclose(mask.affine, volume.affine,
+                                                          atol=1e-4):
+            raise ValueError(f"brain mask {brain_mask} is not on the grid of {path}")
+        image = np.where(mask.data > 0.5, image, np.float32(0.0))
+    frame = np.eye(4) if mni_frame is None else np.asarray(mni_frame, dtype=float)
+    return Anatomy(image.astype(np.float32), None, volume.affine.copy(), None,
+                   name or str(path), mni_frame=frame)

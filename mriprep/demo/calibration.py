@@ -29,6 +29,7 @@ The set is deterministic in its seed. Anatomies are built once per process.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Callable
@@ -37,7 +38,7 @@ import numpy as np
 from nibabel.affines import voxel_sizes
 
 from mriprep.demo.anatomy import Anatomy, real_anatomy, synthetic_person
-from mriprep.demo.real_scans import real_scan
+from mriprep.demo.real_scans import brain_mask_path, mni_frame, real_scan
 from mriprep.demo.scanner import Acquisition, Scan, acquire, random_pose
 from mriprep.stages.registration.geometry import rigid_matrix
 
@@ -86,6 +87,9 @@ class Case:
     acquisition: str  # a key of ACQUISITIONS, or what was done instead
     build: Callable[[], Scan] = field(repr=False, compare=False)
     reference: bool = False  # the anatomy's reference pose for consistency
+    # What the scan varies, for reports by class (registration_sets.CLASSES); empty for
+    # the calibration set's own cases, named by their acquisition.
+    variation: str = ""
 
     @property
     def expected_causes(self) -> frozenset[str]:
@@ -99,12 +103,14 @@ def person(seed: int, contrast: str = "t1", head_scale: float | None = None) -> 
                             head_scale=head_scale, name=f"person-{seed}")
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=8)
 def real_head(name: str) -> Anatomy | None:
     """The real scan ``name`` of :data:`~mriprep.demo.real_scans.REAL_SCANS` as an
-    anatomy, or None where mricron-data is not installed."""
+    anatomy (read once per process), or None where its source is not installed."""
     path = real_scan(name)
-    return None if path is None else real_anatomy(path, name)
+    if path is None:
+        return None
+    return real_anatomy(path, name, brain_mask_path(name), mni_frame(name))
 
 
 def calibration_cases(people: int = 4, real: bool = True, seed: int = 0,
@@ -250,7 +256,8 @@ def crop_of(base: Callable[[], Scan], side_mm: float) -> Scan:
     affine = scan.affine.copy()
     affine[:3, 3] += affine[:3, :3] @ lo
     labels = None if scan.labels is None else scan.labels[box].copy()
-    return Scan(scan.data[box].copy(), labels, affine, scan.pose, None)
+    return dataclasses.replace(scan, data=scan.data[box].copy(), labels=labels, affine=affine,
+                               template_to_subject=None)
 
 
 def _blank() -> Scan:
@@ -266,7 +273,7 @@ def wrong_header(base: Callable[[], Scan], error: np.ndarray) -> Scan:
     about = np.eye(4)
     about[:3, :3] = error[:3, :3]
     about[:3, 3] = centre - error[:3, :3] @ centre
-    return Scan(scan.data, scan.labels, about @ scan.affine, scan.pose, None)
+    return dataclasses.replace(scan, affine=about @ scan.affine, template_to_subject=None)
 
 
 def slab_of(base: Callable[[], Scan], centre_fraction: float, thickness_mm: float) -> Scan:
@@ -279,7 +286,8 @@ def slab_of(base: Callable[[], Scan], centre_fraction: float, thickness_mm: floa
     affine = scan.affine.copy()
     affine[:3, 3] += affine[:3, 2] * lo
     labels = None if scan.labels is None else scan.labels[:, :, lo:lo + 2 * half]
-    return Scan(scan.data[:, :, lo:lo + 2 * half].copy(), labels, affine, scan.pose, None)
+    return dataclasses.replace(scan, data=scan.data[:, :, lo:lo + 2 * half].copy(),
+                               labels=labels, affine=affine, template_to_subject=None)
 
 
 def noise_scan(rng_seed) -> Scan:

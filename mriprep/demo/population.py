@@ -14,7 +14,7 @@ Two kinds of variation:
 * of a :class:`~mriprep.demo.scanner.Scan`, after acquisition, keeping its geometry and
   truth: :func:`with_bias`, :func:`skull_stripped`, :func:`defaced`,
   :func:`mp2rage_background`, :func:`ghosted`, :func:`with_lesions`,
-  :func:`int16_scaled`, :func:`clipped`.
+  :func:`with_bright_ring`, :func:`slice_defects`, :func:`int16_scaled`, :func:`clipped`.
 
 :func:`population_cases` builds :class:`~mriprep.demo.calibration.Case` objects of them,
 all of kind ``good``, deterministic in their seed, each built lazily.
@@ -95,7 +95,8 @@ def scaled_anatomy(anatomy: Anatomy, scale: float | Sequence[float],
     if anatomy.template_to_anatomy is not None:
         details["template_to_anatomy_unscaled"] = anatomy.template_to_anatomy.tolist()
     return Anatomy(anatomy.image, anatomy.labels, about @ anatomy.affine, None,
-                   name or f"{anatomy.name}@{_scale_label(factors)}", details)
+                   name or f"{anatomy.name}@{_scale_label(factors)}", details,
+                   anatomy.mni_frame @ np.linalg.inv(about))
 
 
 # --- variations of a scan ---------------------------------------------------------------
@@ -165,9 +166,10 @@ def deface_mask(scan: Scan, margin_mm: float = DEFACE_MARGIN_MM,
     """The voxels :func:`defaced` zeroes: the face and jaw, in the anatomy's frame.
 
     The scan's known geometry stands in for pydeface's registration of its face mask:
-    each voxel is taken to anatomy space (scan voxel -> scan world -> ``inv(pose)``),
-    which is MNI-like RAS+ for synthetic people and Colin27 (anterior +y, superior +z).
-    There the mask is the half-space anterior-inferior of a plane along the left-right
+    each voxel is taken to the template's frame (scan voxel -> scan world ->
+    ``inv(pose)`` -> the anatomy's ``mni_frame``: the identity for synthetic people and
+    Colin27, an approximate fit for the other real heads), RAS+ with anterior +y and
+    superior +z. There the mask is the half-space anterior-inferior of a plane along the left-right
     axis, leaning :data:`DEFACE_ANGLE_DEG` back (nasion down and back to the chin), down
     to :data:`DEFACE_BOTTOM_Z_MM` (the neck below the chin stays). The plane lies at
     ``offset_mm`` along its normal; by default, for a labelled scan, ``margin_mm``
@@ -175,13 +177,13 @@ def deface_mask(scan: Scan, margin_mm: float = DEFACE_MARGIN_MM,
     head, and a scaled or warped brain reaches further forward than MNI's), else at
     :data:`DEFACE_OFFSET_MM`.
     """
-    to_anatomy = np.linalg.inv(scan.pose) @ scan.affine
+    to_template = scan.mni_frame @ np.linalg.inv(scan.pose) @ scan.affine
     angle = np.radians(DEFACE_ANGLE_DEG)
     # Distance along the plane's normal (anterior and down) and height, per voxel, as
     # sums of per-axis terms: no grid of coordinates is built.
-    normal = np.cos(angle) * to_anatomy[1] - np.sin(angle) * to_anatomy[2]
+    normal = np.cos(angle) * to_template[1] - np.sin(angle) * to_template[2]
     along = _linear_in_index(normal, scan.data.shape)
-    height = _linear_in_index(to_anatomy[2], scan.data.shape)
+    height = _linear_in_index(to_template[2], scan.data.shape)
     if offset_mm is None:
         if scan.labels is not None and np.any(scan.labels > 0):
             offset_mm = float(along[scan.labels > 0].max()) + margin_mm
@@ -282,8 +284,9 @@ def with_lesions(scan: Scan, rng: np.random.Generator, count: int = 8,
         radius = float(rng.uniform(lo, hi))
         reach = radius + edge_mm / 2
         # A voxel at depth d is d from the nearest non-WM voxel: a centre deeper than
-        # the sphere's reach plus a voxel keeps all of it in white matter.
-        candidates = np.argwhere(depth >= reach + spacing.max())
+        # the sphere's reach plus a voxel (the finest side: a thick slice's depth is
+        # already measured in mm) keeps all of it in white matter.
+        candidates = np.argwhere(depth >= reach + spacing.min())
         if len(candidates) == 0:
             raise ValueError(f"no white matter deep enough for a lesion of {radius:.1f} mm")
         centre = candidates[rng.integers(len(candidates))]
@@ -297,6 +300,85 @@ def with_lesions(scan: Scan, rng: np.random.Generator, count: int = 8,
         factor = float(rng.uniform(*contrast))
         gain[box] = np.minimum(gain[box], 1.0 - weight * (1.0 - factor))
     return dataclasses.replace(scan, data=(scan.data * gain).astype(np.float32))
+
+
+def with_bright_ring(scan: Scan, rng: np.random.Generator,
+                     radius_mm: tuple[float, float] = (4.0, 6.0), rim_mm: float = 1.5,
+                     brightness: float = 1.6, edge_mm: float = 1.0) -> Scan:
+    """The scan with one ring-enhancing lesion in white matter: a dark core inside a
+    bright rim, as an abscess or a tumour after contrast shows in a T1 scan.
+
+    The lesion's outer radius is drawn in ``radius_mm``; its rim, ``rim_mm`` thick,
+    reaches ``brightness`` times the white matter's median, and its core falls to 0.4
+    of what it was; soft over ``edge_mm``. It lies where the whole of it is white matter
+    (:func:`white_matter_mask`). Labels stay as they were.
+
+    Raises
+    ------
+    ValueError
+        No white matter is deep enough for the lesion.
+    """
+    spacing = voxel_sizes(scan.affine)
+    wm = white_matter_mask(scan)
+    radius = float(rng.uniform(*radius_mm))
+    depth = ndimage.distance_transform_edt(wm, sampling=spacing)
+    # Its reach is the radius and half the soft edge; one voxel more (the finest side)
+    # keeps all of it in white matter, as for with_lesions.
+    candidates = np.argwhere(depth >= radius + edge_mm / 2 + spacing.min())
+    if len(candidates) == 0:
+        raise ValueError(f"no white matter deep enough for a ring of {radius:.1f} mm")
+    centre = candidates[rng.integers(len(candidates))]
+    half = np.ceil((radius + edge_mm) / spacing).astype(int) + 1
+    box = tuple(slice(max(c - h, 0), c + h + 1) for c, h in zip(centre, half))
+    distance = np.sqrt(sum(((o - c) * s) ** 2
+                           for o, c, s in zip(np.ogrid[box], centre, spacing)))
+    inside = np.clip(0.5 + (radius - distance) / edge_mm, 0.0, 1.0)
+    core = np.clip(0.5 + (radius - rim_mm - distance) / edge_mm, 0.0, 1.0)
+    rim = inside - core
+    level = float(np.median(scan.data[wm]))
+    data = scan.data.copy()
+    data[box] = (data[box] * (1.0 - inside + 0.4 * core) + rim * brightness * level)
+    return dataclasses.replace(scan, data=data.astype(np.float32))
+
+
+def slice_defects(scan: Scan, rng: np.random.Generator, nan: int = 0, zero: int = 0,
+                  spike: int = 0, dropout: int = 0) -> Scan:
+    """The scan with broken slices along its slice axis (the stored axis 2), each at a
+    slice that holds brain, none next to another:
+
+    * ``nan`` slices of NaN (a reconstruction that failed for them);
+    * one slab of ``zero`` consecutive slices written as zeros (a dropped packet);
+    * ``spike`` slices 4 times too bright and ``dropout`` slices at half their
+      intensity (an RF spike, a signal dropout).
+
+    The slices are drawn from the middle 80% of the slices that hold head, where the
+    brain is.
+    """
+    data = scan.data.copy()
+    rows = np.flatnonzero(head_mask(np.nan_to_num(data)).any(axis=(0, 1)))
+    if len(rows) == 0:
+        return scan
+    lo, hi = rows[0] + len(rows) // 10, rows[-1] - len(rows) // 10
+    chosen: list[int] = []
+
+    def pick(width: int = 1) -> int:
+        for _ in range(1000):
+            start = int(rng.integers(lo, max(hi - width + 1, lo + 1)))
+            if all(abs(start - c) > width + 1 for c in chosen):
+                chosen.extend(range(start, start + width))
+                return start
+        raise ValueError("the scan has too few slices for these defects")
+
+    if zero:
+        start = pick(zero)
+        data[:, :, start:start + zero] = 0.0
+    for _ in range(nan):
+        data[:, :, pick()] = np.nan
+    for _ in range(spike):
+        data[:, :, pick()] *= np.float32(4.0)
+    for _ in range(dropout):
+        data[:, :, pick()] *= np.float32(0.5)
+    return dataclasses.replace(scan, data=data)
 
 
 def quantisation_slope(data: np.ndarray, bits: int = 12) -> float:
@@ -391,7 +473,7 @@ def population_cases(seed: int = 0, people: int = 2, real: bool = True) -> list[
 
 
 # Variations that draw random numbers take an rng.
-_RANDOM = {with_bias, mp2rage_background, with_lesions}
+_RANDOM = {with_bias, mp2rage_background, with_lesions, with_bright_ring, slice_defects}
 
 
 def _population_scan(anatomy: Callable[[], Anatomy], acquisition: Acquisition, rng_seed,

@@ -12,7 +12,7 @@ truth is known, ``template_to_subject`` (template RAS+ mm to scan RAS+ mm).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -73,6 +73,9 @@ class Scan:
     affine: np.ndarray
     pose: np.ndarray  # anatomy RAS+ mm -> scan RAS+ mm
     template_to_subject: np.ndarray | None
+    # The anatomy's approximate frame in MNI152 space (Anatomy.mni_frame): where edits
+    # defined in the template's frame go (the defacing plane); never a truth.
+    mni_frame: np.ndarray = field(default_factory=lambda: np.eye(4))
 
 
 def random_pose(rng: np.random.Generator, max_rotation_deg: float = 10.0,
@@ -125,7 +128,7 @@ def acquire(anatomy: Anatomy, pose: np.ndarray, acquisition: Acquisition,
     truth = None
     if anatomy.template_to_anatomy is not None:
         truth = pose @ anatomy.template_to_anatomy
-    return Scan(data, labels, affine, np.asarray(pose, dtype=float), truth)
+    return Scan(data, labels, affine, np.asarray(pose, dtype=float), truth, anatomy.mni_frame)
 
 
 def _grid_directions(acquisition: Acquisition) -> np.ndarray:

@@ -304,6 +304,45 @@ def test_lesions_without_labels_stay_deep_in_the_brightest_tissue(scan):
         pop.with_lesions(scan, np.random.default_rng(0), count=1, radius_mm=60.0)
 
 
+def test_a_bright_ring_has_a_bright_rim_around_a_dark_core_in_white_matter(turned):
+    out = pop.with_bright_ring(turned, np.random.default_rng(2))
+    _same_geometry(out, turned)
+    changed = out.data != turned.data
+    assert changed.any() and np.all(changed <= (turned.labels == 3))
+    wm = float(np.median(turned.data[turned.labels == 3]))
+    assert out.data[changed].max() > 1.4 * wm  # the rim, brighter than white matter
+    assert out.data[changed].min() < 0.6 * wm  # the core, darker
+    with pytest.raises(ValueError, match="deep enough"):
+        pop.with_bright_ring(turned, np.random.default_rng(0), radius_mm=(60.0, 61.0))
+
+
+def _broken_slices(data: np.ndarray) -> dict[str, list[int]]:
+    per_slice = np.moveaxis(data, 2, 0).reshape(data.shape[2], -1)
+    return {"nan": [k for k, s in enumerate(per_slice) if np.isnan(s).all()],
+            "zero": [k for k, s in enumerate(per_slice) if (s == 0).all()]}
+
+
+def test_slice_defects_break_the_slices_asked_for_apart_from_each_other(scan):
+    out = pop.slice_defects(scan, np.random.default_rng(3), nan=2, zero=3, spike=1,
+                            dropout=1)
+    _same_geometry(out, scan)
+    broken = _broken_slices(out.data)
+    assert len(broken["nan"]) == 2 and len(broken["zero"]) == 3
+    assert np.ptp(broken["zero"]) == 2  # one slab of consecutive slices
+    ratio = [float(np.median(out.data[:, :, k][scan.data[:, :, k] > 100]
+                             / scan.data[:, :, k][scan.data[:, :, k] > 100]))
+             for k in range(scan.data.shape[2]) if (scan.data[:, :, k] > 100).any()
+             and np.isfinite(out.data[:, :, k]).all()]
+    assert sorted(round(r, 3) for r in ratio if r != 1.0) == [0.0, 0.0, 0.0, 0.5, 4.0]
+    slices = sorted(broken["nan"] + broken["zero"])
+    singles = broken["nan"]
+    assert all(abs(a - b) > 1 for a in singles for b in slices if a != b)
+    # Only the slices asked for changed.
+    changed = [k for k in range(scan.data.shape[2])
+               if not np.array_equal(out.data[:, :, k], scan.data[:, :, k])]
+    assert len(changed) == 7
+
+
 # --- int16_scaled and clipped ---------------------------------------------------------------
 
 @pytest.mark.parametrize("bits", [8, 12])
