@@ -8,27 +8,37 @@ change of grid in one interpolation.
 How it works, and why
 ---------------------
 * **A coarse pyramid** (``level_spacings_mm``, default 4 then 2 mm; the template's built
-  once per process). The subject's levels are built by normalised convolution, so invalid
-  voxels lend no intensity to their neighbours, and thick-slice axes are upsampled to the
-  level spacing, which keeps the metric's gradient consistent across thick slices. 2 mm
-  voxels already over-determine the parameters: there is no 1 mm level.
+  once per process). The subject's levels are built by normalised convolution, so
+  invalid voxels lend no intensity to their neighbours, and the values next to invalid
+  voxels are continued from the valid ones (the metric's interpolation and gradient read
+  them); thick-slice axes are upsampled to the level spacing, which keeps the metric's
+  gradient consistent across thick slices, and a short run of missing slices is bridged
+  the same way, between the slices either side, so that a gap does not change which
+  part of the head the fit sees. 2 mm voxels already over-determine the
+  parameters: there is no 1 mm level.
 * **Bias-field flattening.** Both images are divided by their own heavily smoothed
   version (``bias_sigma_mm``): a smooth bias field was mutual information's largest error
   source. A receive field too strong for that (a surface coil, 7T) is divided out by N4
-  on the 8 mm level before the search; the cached image is untouched.
+  on the 8 mm level before the search; the cached image is untouched. Voxels far
+  brighter than any tissue once the field is gone (a spike slice slice masking missed)
+  leave the metric.
 * **A brain-focused metric.** The fixed mask is the template's brain dilated by
-  ``brain_margin_mm`` (scalp and neck differ most between people), the moving mask the
-  subject's ``valid``; the rotation centre is the template brain's centre of mass, which
-  decouples rotation from translation.
+  ``brain_margin_mm`` for the search's ranking, and the brain's interior for the fit
+  (scalp, neck, and the brain's edge that skull stripping and defacing change differ
+  most between scans of one head); the moving mask is the subject's ``valid``; the
+  rotation centre is the template brain's centre of mass, which decouples rotation from
+  translation.
 * **Deterministic sampling.** ``sampling_fraction`` (``fine_sampling_fraction`` on the
   finest level) of the fixed mask's voxels, drawn once per level with ``seed``, so the
-  step-halving optimiser converges to 10 um steps (the affine's to 1 um).
+  step-halving optimiser converges to 1 um steps.
 * **Each head at its own size and shape.** The search tries the template brain at
-  several sizes, the pose is optimised rigidly on every level, then a 12-parameter
-  affine over the brain's interior (:mod:`~mriprep.stages.registration.sitk_backend`),
-  and the checks judge the fit. The output applies the rigid part
-  (``transform="rigid"``), the rigid part with the isotropic size (``"similarity"``) or
-  the whole fit (``"affine"``).
+  several sizes; the fit is a 12-parameter affine on every level over the brain's
+  interior (:mod:`~mriprep.stages.registration.sitk_backend`), and the checks judge it.
+  The output applies its rotation (``transform="rigid"``), the rotation with the
+  isotropic size (``"similarity"``) or the whole fit (``"affine"``).
+* **A refusal is retried first.** A fit refused for its similarity, overlap or size
+  (:data:`RETRIED_CAUSES`) may sit in a wrong basin: the stage registers again with a
+  wider search before it refuses, and records that it did.
 
 Precision: both backends compute the metric on float32 images and keep the transform in
 double precision, as ITK does. With one thread (the default; the runner parallelises
@@ -51,6 +61,7 @@ above): ``make bench`` (registration); docs/benchmarks.md, "Registration".
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -73,7 +84,7 @@ from mriprep.stages.registration.checks import (
     diagnose,
     head_shape,
     scalp_share,
-    similarity_and_overlap,
+    template_similarity,
 )
 from mriprep.stages.registration.geometry import (
     RAS_TO_LPS,
@@ -88,9 +99,11 @@ from mriprep.stages.registration.pyramid import (
     centre_of_mass,
     corrected_levels,
     flattened,
+    without_bright_outliers,
 )
 from mriprep.stages.registration.search import (
     SEARCH_SCALES,
+    SEARCH_TILTS_DEG,
     SubjectSearch,
     orientation_index,
     rotation_angle_deg,
@@ -143,15 +156,16 @@ def _template_pyramid_for(params: RegisterParams):
     )
 
 
-def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResult:
-    """Register ``volume`` to ``params.template`` (pose, then size and shape); no
+def register_volume(volume: Volume, params: RegisterParams,
+                    wide: bool = False) -> RegistrationResult:
+    """Register ``volume`` to ``params.template`` (pose, size and shape); no
     resampling.
 
     The steps: the subject's levels (search level, then the registration levels); the
     head's length; the global search over orientations and positions; a short
     registration on the coarsest level from each of the best ``search_candidates``,
-    ranked by mutual information; the backend's registration from the best; the
-    post-checks' similarity, overlap and rotation. Nothing is judged here:
+    ranked by mutual information; the backend's fit from the best; the post-checks'
+    similarity, overlap and rotation. Nothing is judged here:
     :func:`~mriprep.stages.registration.checks.diagnose` does that on the result's measures.
 
     Parameters
@@ -159,6 +173,11 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
     volume : Volume
         Finite data (run sanitize first); ``valid`` marks the voxels the metric may use.
     params : RegisterParams
+    wide : bool
+        The wider search the stage retries with before it refuses a scan: more
+        candidates (:data:`WIDE_CANDIDATE_FACTOR`), tilts of :data:`WIDE_TILTS_DEG`, and
+        a full fit from each of the :data:`WIDE_FITS` best distinct starts, the one
+        whose fit correlates best with the template kept.
 
     Returns
     -------
@@ -189,6 +208,7 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
     search = params.search_spacing_mm
     raw = build_levels(volume, ((search,) if search else ()) + params.levels)
     raw, field_ratio = corrected_levels(raw, params.threads)
+    raw, bright = without_bright_outliers(raw)
     moving = flattened(raw[1:] if search else raw, params.bias_sigma_mm)
     shape = head_shape(raw[0])
     details: dict[str, Any] = {
@@ -196,11 +216,12 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
         "head_extents_mm": None if shape is None else [round(e, 1) for e in shape.extents_mm],
         "head_volume_ml": None if shape is None else round(shape.volume_ml, 1),
         "bias_ratio": None if field_ratio is None else round(field_ratio, 2),
+        "bright_voxels_excluded": bright,
     }
     centre_lps = RAS_TO_LPS[:3, :3] @ centre
     if search:
-        initial, search_details = _search_start(raw[0], fixed[0], moving[0], centre,
-                                                centre_lps, params)
+        starts, search_details = _search_starts(raw[0], fixed[0], moving[0], centre,
+                                                centre_lps, params, wide)
         details.update(search_details)
     else:
         # Aligned centres of mass (the subject's valid voxels, the whole template head).
@@ -209,13 +230,24 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
             centre_of_mass(moving[0].data, moving[0].affine, moving[0].mask)
             - centre_of_mass(fixed[0].data, fixed[0].affine)
         )
+        starts = [initial]
         details["search_orientations"] = None
     shape_fixed = template_shape_levels(params.template, params.levels, params.bias_sigma_mm,
                                         params.brain_margin_mm, SHAPE_MARGIN_MM,
                                         params.template_brain_mask)
     backend = _BACKENDS[params.backend]
-    found = backend(fixed, moving, shape_fixed, ras_to_lps(initial), centre_lps, params)
-    fitted = ras_to_lps(found.transform_lps)
+    # The similarity judges the fit, at the subject's own size and shape: a rigid fit of a
+    # small head correlates with the template as poorly as a failure does.
+    fits = []
+    for initial in starts[: WIDE_FITS if wide else 1]:
+        found = backend(fixed, moving, shape_fixed, ras_to_lps(initial), centre_lps, params)
+        fitted = ras_to_lps(found.transform_lps)
+        fits.append((template_similarity(fixed[-1], brains[-1], moving[-1], fitted),
+                     found, fitted))
+    fit_similarity, found, fitted = max(fits, key=lambda f: -np.inf if np.isnan(f[0])
+                                        else f[0])
+    if wide:
+        details["wide_fit_similarities"] = [round(float(f[0]), 4) for f in fits]
     share = scalp_share(raw[-1], template_scalp(params.template, params.levels[-1],
                                                 params.template_brain_mask),
                         template_brain_points(params.template, 2, params.template_brain_mask),
@@ -223,13 +255,10 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
     details["scalp_share"] = None if share is None else round(share, 3)
     details["skull_stripped"] = share is not None and share < STRIPPED_SCALP_SHARE
     rotation, head_scale, axis_scales = decompose_linear(fitted)
-    # The similarity judges the fit, at the subject's own size and shape: a rigid fit of a
-    # small head correlates with the template as poorly as a failure does. The overlap
-    # judges the field of view with the template brain placed rigidly (the default
-    # output): the affine part of a fit that went wrong stretches the brain out of a
-    # whole head (a T2 scan: 0.84 at the fit, 0.99 placed rigidly), while a slab stays
-    # a slab either way (0.37-0.61).
-    similarity, _ = similarity_and_overlap(fixed[-1], brains[-1], moving[-1], fitted)
+    # The overlap judges the field of view with the template brain placed rigidly (the
+    # default output): the affine part of a fit that went wrong stretches the brain out
+    # of a whole head (a T2 scan: 0.84 at the fit, 0.99 placed rigidly), while a slab
+    # stays a slab either way (0.37-0.61).
     overlap = brain_overlap(fixed[-1], brains[-1], moving[-1],
                             output_transform(fitted, centre, "rigid"))
     details["rotation_deg"] = round(rotation_angle_deg(rotation), 3)
@@ -247,7 +276,7 @@ def register_volume(volume: Volume, params: RegisterParams) -> RegistrationResul
         metric_value=found.metric_value,
         stop_condition=found.stop_condition,
         iterations=tuple(found.iterations),
-        similarity=similarity,
+        similarity=fit_similarity,
         overlap=overlap,
         seconds=time.perf_counter() - start,
         backend=params.backend,
@@ -273,16 +302,29 @@ def _itk_parameters(template_to_subject: np.ndarray, centre_lps: np.ndarray, mod
 # Iterations of each short ranking registration on the coarsest level: enough to pull a
 # start that the 8 mm search placed within a voxel into its basin.
 _RANKING_ITERATIONS = 30
+# The wider search a refusal retries with (RegisterParams' search_candidates times this
+# many orientations, tilted by each of these angles), and the distinct starts it fits
+# fully. A false refusal loses a subject from its cohort; the retry costs seconds, and
+# only on a scan that would otherwise be refused.
+WIDE_CANDIDATE_FACTOR = 3
+WIDE_TILTS_DEG = (10.0, 20.0, 30.0)
+WIDE_FITS = 4
+# Two starts closer than this (degrees, mm) lead the fit to one place: the wide retry
+# fits only one of them.
+_SAME_START_DEG, _SAME_START_MM = 5.0, 4.0
 
 
-def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, params):
-    """The starting pose and the search's measures.
+def _search_starts(search_level, fixed_level, moving_level, centre, centre_lps, params,
+                   wide: bool):
+    """The starting poses, best first, and the search's measures.
 
     The 24 orientations are searched first; each of the best ``search_candidates`` is
     then refined by tilts of 20 degrees about each axis (a head lies up to ~30
     degrees from the nearest orientation, beyond the local optimiser's reach); a short
     registration on the coarsest level ranks the refined poses by mutual information
     (which candidate wins on the calibration set: docs/benchmarks.md, "Registration").
+    ``wide`` searches more candidates and tilts (:data:`WIDE_CANDIDATE_FACTOR`,
+    :data:`WIDE_TILTS_DEG`) and drops starts that repeat a better one.
     """
     template, spacing = params.template, params.search_spacing_mm
     mask = params.template_brain_mask
@@ -301,13 +343,15 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
         initial[:3, 3] = (centre_of_mass(moving_level.data, moving_level.affine,
                                          moving_level.mask)
                           - centre_of_mass(fixed_level.data, fixed_level.affine))
-        return initial, details
+        return [initial], details
     level, brain, _ = template_search_level(template, spacing, mask)
+    candidates = params.search_candidates * (WIDE_CANDIDATE_FACTOR if wide else 1)
+    tilt_degrees = WIDE_TILTS_DEG if wide else SEARCH_TILTS_DEG
     starts = []
-    for candidate in coarse[: params.search_candidates]:
+    for candidate in coarse[:candidates]:
         tilted = search_poses(
             template_tilted_windows(template, spacing, orientation_index(candidate.rotation),
-                                    mask),
+                                    mask, tilt_degrees),
             search, centre)
         best = max([candidate, *tilted], key=lambda c: c.ncc)
         starts.append(best)
@@ -322,7 +366,8 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
     ranked = rank_starts(fixed_level, moving_level,
                          [ras_to_lps(c.template_to_subject) for c in starts], centre_lps,
                          params, _RANKING_ITERATIONS)
-    winner = int(np.argmin([value for value, _ in ranked]))
+    order = [int(i) for i in np.argsort([value for value, _ in ranked], kind="stable")]
+    winner = order[0]
     details.update({
         "search_best_ncc": round(max(c.ncc for c in starts), 4),
         "search_start_scales": [round(c.scale, 3) for c in starts],
@@ -330,7 +375,21 @@ def _search_start(search_level, fixed_level, moving_level, centre, centre_lps, p
         "search_ranking_mi": [round(value, 4) for value, _ in ranked],
         "search_start_rotation_deg": round(rotation_angle_deg(starts[winner].rotation), 1),
     })
-    return ras_to_lps(ranked[winner][1]), details
+    poses = [ras_to_lps(ranked[i][1]) for i in order]
+    return (_distinct(poses) if wide else poses), details
+
+
+def _distinct(poses: list[np.ndarray]) -> list[np.ndarray]:
+    """``poses`` without those that repeat an earlier one: a rotation within
+    :data:`_SAME_START_DEG` of it and a translation within :data:`_SAME_START_MM`."""
+    kept: list[np.ndarray] = []
+    for pose in poses:
+        if not any(rotation_angle_deg(decompose_linear(k)[0].T @ decompose_linear(pose)[0])
+                   < _SAME_START_DEG
+                   and np.linalg.norm(k[:3, 3] - pose[:3, 3]) < _SAME_START_MM
+                   for k in kept):
+            kept.append(pose)
+    return kept
 
 
 def _entry_meta(params: RegisterParams, volume: Volume) -> dict:
@@ -345,6 +404,22 @@ def _entry_files(params: RegisterParams, volume: Volume) -> dict[str, str]:
     if volume.applied is None:
         return {}
     return {TRANSFORM_FILE: itk_transform_text(volume.applied.template_to_subject)}
+
+
+# The causes a fit in the wrong basin can give (a wrong position or orientation that
+# correlates poorly, a size the optimiser ran off to), which a wider search may mend:
+# the stage retries before it refuses. Not retried: the head's length and the search's
+# best correlation, measured before any fit, and a rotation beyond the limit of a fit
+# that passed every other check, which is a good fit of a wrong header (the tuning
+# set's nine header errors all refused as before after a retry: 15-20 s each, spent).
+RETRIED_CAUSES = ("field_of_view", "not_t1", "head_size")
+
+
+def _measures(result: RegistrationResult) -> dict:
+    """What :func:`~mriprep.stages.registration.checks.diagnose` judges of a result."""
+    return {**result.details, "similarity": result.similarity, "overlap": result.overlap,
+            "rotation": decompose_linear(result.fitted)[0],
+            "head_scale": result.head_scale, "head_axis_scales": result.head_axis_scales}
 
 
 # What the QC report shows of this stage: how well the scan fits the template, and what
@@ -396,15 +471,24 @@ def register(volume: Volume, params: RegisterParams) -> StageOutput:
     from mriprep.inputs.templates import load_template
 
     result = register_volume(volume, params)
-    measures = {**result.details, "similarity": result.similarity, "overlap": result.overlap,
-                "rotation": decompose_linear(result.fitted)[0],
-                "head_scale": result.head_scale,
-                "head_axis_scales": result.head_axis_scales}
-    failure = diagnose(measures, params.limits, params.template)
+    failure = diagnose(_measures(result), params.limits, params.template)
+    warnings = []
+    if failure is not None and failure.cause in RETRIED_CAUSES and params.search_spacing_mm:
+        first = failure
+        retry = register_volume(volume, params, wide=True)
+        retry_failure = diagnose(_measures(retry), params.limits, params.template)
+        if retry_failure is None or retry.similarity > result.similarity:
+            result, failure = retry, retry_failure
+        result = dataclasses.replace(result, details={
+            **result.details, "search_retried": True, "first_failure": first.cause})
+        if failure is None:
+            warnings.append(
+                f"the first fit was refused ({first.cause}: {first.reason}); a wider "
+                f"search over more orientations and starts found a fit that passes "
+                f"(similarity {result.similarity:.3f}): look at this subject's QC page")
     if failure is not None:
         raise StageError("register", failure.reason, volume.name,
                          metrics={**result.metrics(), "failure": failure.cause})
-    warnings = []
     if params.backend == "ants" and result.details.get("ants_threads") != params.threads:
         warnings.append(
             f"ANTs runs with {result.details.get('ants_threads') or 'all'} ITK thread(s), "

@@ -109,4 +109,4 @@ def test_the_default_pipeline_hashes_to_the_one_the_identity_reference_records()
     recorded = np.load(REFERENCE_PATH)["pipeline"]
     assert recorded[0] == "t1w_mni_rigid"
     assert load_pipeline("t1w_mni_rigid").hash == recorded[1] == \
-        "4c0604c01ef93efe582ef6cc6faab1ee2bac849074d2993c2e1f50892cef5573"
+        "5ea3f33689ca88f4b42e887dd4cb83d22dc6515211b5cdb5f2c76c1565ed2a7a"

@@ -126,8 +126,8 @@ def test_stage_hands_the_transform_to_resample_and_records_it(subject, registere
     np.testing.assert_array_equal(
         np.asarray(metrics["template_to_subject"]), registered.pending.template_to_subject
     )
-    # The pose on the 4 and 2 mm levels, then the head's size and shape on both.
-    assert metrics["stop_condition"] and len(metrics["iterations"]) == 4
+    # The fit (pose, size and shape) on the 4 and 2 mm levels.
+    assert metrics["stop_condition"] and len(metrics["iterations"]) == 2
     assert all(n >= 1 for n in metrics["iterations"])
     assert np.isfinite(metrics["metric_value"]) and metrics["metric_value"] < 0
     # Another person scores well below a copy of the template (0.94-0.99), above the
@@ -285,3 +285,60 @@ def test_itk_transform_maps_points_like_the_ras_matrix(tmp_path):
         expected = matrix[:3, :3] @ point + matrix[:3, 3]
         moved = np.asarray(transform.TransformPoint((flip @ point).tolist()))
         np.testing.assert_allclose(flip @ moved, expected, atol=1e-9)
+
+
+def _result(similarity: float, wide: bool = False):
+    """A registration result that the checks judge on its similarity alone."""
+    from mriprep.stages.registration.params import RegistrationResult
+
+    return RegistrationResult(
+        template_to_subject=np.eye(4), fitted=np.eye(4), head_scale=1.0,
+        head_axis_scales=(1.0, 1.0, 1.0), itk_type="Euler3DTransform_double_3_3",
+        itk_parameters=(0.0,) * 6, itk_fixed_parameters=(0.0,) * 3, metric_value=-0.5,
+        stop_condition="converged", iterations=(10, 10), similarity=similarity,
+        overlap=1.0, seconds=1.0, backend="sitk", level_spacings_mm=(4.0, 2.0),
+        details={"head_length_mm": 190.0, "search_best_ncc": 0.7,
+                 "search_orientations": 24, "wide": wide})
+
+
+@pytest.fixture
+def tiny_volume():
+    return Volume.from_array(np.ones((8, 8, 8), np.float32), np.eye(4), subject_id="tiny")
+
+
+@pytest.mark.parametrize("retry_similarity, accepted", [(0.7, True), (0.2, False)])
+def test_a_refusal_first_retries_a_wider_search_and_says_so(monkeypatch, tiny_volume,
+                                                            retry_similarity, accepted):
+    """A fit in the wrong basin (the similarity a failure would have) is retried with the
+    wide search before the scan is refused; the retry is recorded, and an acceptance after
+    it is a warning, so that nobody misses it."""
+    import mriprep.stages.register as register_module
+
+    calls = []
+
+    def fake(volume, params, wide=False):
+        calls.append(wide)
+        return _result(retry_similarity if wide else 0.1, wide)
+
+    monkeypatch.setattr(register_module, "register_volume", fake)
+    if accepted:
+        out = get_stage("register")(tiny_volume)
+        metrics = out.record_of("register").metrics
+        warnings = out.record_of("register").warnings
+        assert metrics["search_retried"] is True and metrics["first_failure"] == "not_t1"
+        assert metrics["wide"] is True and "a wider search" in warnings[0]
+    else:
+        error = _refusal(tiny_volume)
+        assert error.metrics["failure"] == "not_t1"
+        assert error.metrics["search_retried"] is True and error.metrics["wide"] is True
+    assert calls == [False, True]
+
+
+def test_a_scan_that_passes_is_not_retried(monkeypatch, tiny_volume):
+    import mriprep.stages.register as register_module
+
+    calls = []
+    monkeypatch.setattr(register_module, "register_volume",
+                        lambda volume, params, wide=False: calls.append(wide) or _result(0.7))
+    metrics = get_stage("register")(tiny_volume).record_of("register").metrics
+    assert calls == [False] and "search_retried" not in metrics

@@ -56,3 +56,80 @@ def test_the_flattening_on_block_means_is_within_a_percent_of_the_full_grid(leve
     expected = _flattened_on_the_full_grid(level.data, head, level.affine, 20.0)
     relative = np.abs(got / expected - 1.0)[head]
     assert relative.max() < 0.01, relative.max()
+
+
+# --- invalid voxels: continued, not read as zeros ------------------------------------------
+
+def _slab_level(spacing=2.0):
+    """A smooth level with a masked slab of 3 slices across its middle."""
+    x = np.linspace(0, 1, 30, dtype=np.float32)
+    data = (100 + 50 * x[:, None, None] + 30 * x[None, :, None] + 20 * x[None, None, :]
+            ).astype(np.float32) * np.ones((30, 30, 30), np.float32)
+    mask = np.ones(data.shape, bool)
+    mask[:, :, 14:17] = False
+    data[~mask] = 0.0  # what a level holds where no valid voxel contributed
+    return pyramid.Level(data, np.diag([spacing] * 3 + [1.0]), mask, spacing)
+
+
+def test_values_are_continued_past_the_mask_where_the_metric_reads_them():
+    level = _slab_level()
+    out = pyramid.continued_past(level.data, level.mask)
+    np.testing.assert_array_equal(out[level.mask], level.data[level.mask])
+    # The masked slab's values now continue the image's smooth ramp (no step to 0) ...
+    inside = out[:, :, 15]
+    expected = (level.data[:, :, 13] + level.data[:, :, 17]) / 2
+    np.testing.assert_allclose(inside, expected, rtol=0.02)
+    # ... and a mask with nothing to continue returns the input itself.
+    assert pyramid.continued_past(level.data, np.ones_like(level.mask)) is level.data
+
+
+def test_masked_slices_of_a_scan_are_inside_its_field_of_view():
+    from mriprep.stages.registration.checks import field_of_view
+
+    level = _slab_level()
+    assert field_of_view(level.mask).all()  # the slab lies between valid slices
+    cut = level.mask.copy()
+    cut[:, :, 25:] = False  # slices written as zeros at the edge: not covered
+    seen = field_of_view(cut)
+    assert seen[:, :, :25].all() and not seen[:, :, 25:].any()
+
+
+def test_bright_outliers_leave_the_metric_and_clean_levels_are_untouched():
+    rng = np.random.default_rng(0)
+    head = np.zeros((40, 40, 40), np.float32)
+    head[5:35, 5:35, 5:35] = rng.uniform(300, 1000, (30, 30, 30))  # a head's tissues
+    clean = pyramid.Level(head, np.eye(4) * [2, 2, 2, 1], np.ones(head.shape, bool), 2.0)
+    (same,), excluded = pyramid.without_bright_outliers([clean])
+    assert excluded == 0 and same is clean
+    spiked = head.copy()
+    spiked[:, :, 20] *= 4.0  # a spike slice that slice masking missed
+    level = pyramid.Level(spiked, clean.affine, clean.mask, 2.0)
+    (out,), excluded = pyramid.without_bright_outliers([level])
+    tissue = spiked > pyramid.HEAD_FRACTION * np.percentile(spiked[spiked > 0], 99)
+    bright = spiked > pyramid.BRIGHT_OUTLIER_FACTOR * np.percentile(spiked[tissue], 90)
+    assert excluded == np.count_nonzero(bright) > 100
+    assert not out.mask[bright].any() and out.mask[~bright].all()
+    assert bright[:, :, 20].sum() == excluded  # the spike slice only
+
+
+def test_short_runs_of_missing_slices_are_bridged_between_their_neighbours():
+    affine = np.diag([1.0, 1.0, 3.0, 1.0])  # 3 mm axial slices
+    ramp = np.broadcast_to(np.arange(30, dtype=np.float32) * 10.0, (8, 8, 30)).copy()
+    valid = np.ones(ramp.shape, bool)
+    valid[:, :, 10:13] = False  # 9 mm of missing slices: bridged
+    valid[:, :, 20:26] = False  # 18 mm: a lost slab, left without weight
+    valid[:, :, 0] = False  # at the edge: nothing to interpolate from
+    valid[2, 2, 15] = False  # one invalid voxel, not a slice
+    data = np.where(valid, ramp, 0.0).astype(np.float32)
+    out, usable = pyramid.bridged_slice_gaps(data, valid, affine)
+    np.testing.assert_allclose(out[:, :, 10:13], ramp[:, :, 10:13], rtol=1e-6)
+    assert usable[:, :, 10:13].all()
+    assert not usable[:, :, 20:26].any() and not usable[:, :, 0].any() and not usable[2, 2, 15]
+    np.testing.assert_array_equal(out[valid], data[valid])
+    # A bridged voxel counts only where both neighbouring slices are valid there.
+    valid[4, 4, 9] = False
+    _, usable = pyramid.bridged_slice_gaps(np.where(valid, ramp, 0.0), valid, affine)
+    assert not usable[4, 4, 10:13].any() and usable[3, 4, 10:13].all()
+    # Nothing to bridge: the inputs themselves.
+    whole = np.ones(ramp.shape, bool)
+    assert pyramid.bridged_slice_gaps(ramp, whole, affine)[0] is ramp

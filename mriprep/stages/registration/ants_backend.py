@@ -44,9 +44,9 @@ def register_ants(
     """One antsRegistration call: the Rigid stage over every level (shrink factors and
     smoothing), then the Affine stage over every level.
 
-    Details: ``stop_conditions`` (one per level of each stage), ``ants_threads``, the
-    ITK thread count ANTs runs with, and ``shape_correlation``, the Affine stage's final
-    metric.
+    The result's metric value is the Affine stage's final correlation. Details:
+    ``stop_conditions`` (one per level of each stage) and ``ants_threads``, the ITK
+    thread count ANTs runs with.
     """
     ants, threads = import_ants(params.threads)
     from ants.internal import get_pointer_string
@@ -115,13 +115,11 @@ def register_ants(
         "maximum number of iterations reached" if n >= params.max_iterations
         else "convergence window slope below 1e-6" for n in iterations
     ]
-    # The pose's mutual information on its last level, as the sitk backend reports it.
-    pose = diagnostics[len(fixed) - 1] if len(diagnostics) >= len(fixed) else []
+    # The fit's correlation on its last level, as the sitk backend reports it.
     shape = diagnostics[-1] if len(diagnostics) > len(fixed) else []
-    return BackendResult(lps, float(pose[-1]) if pose else float("nan"),
+    return BackendResult(lps, float(shape[-1]) if shape else float("nan"),
                          stops[-1] if stops else "unknown", iterations,
-                         {"stop_conditions": stops, "ants_threads": threads,
-                          "shape_correlation": round(float(shape[-1]), 4) if shape else None})
+                         {"stop_conditions": stops, "ants_threads": threads})
 
 
 def import_ants(threads: int):

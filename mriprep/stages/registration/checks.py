@@ -21,10 +21,11 @@ its measured distribution on the calibration set, written where the limit is def
     position of the global search (:mod:`mriprep.stages.registration.search`): nothing that
     is not a head scores high.
 ``overlap``
-    The share of the template brain that lands on valid voxels of the scan, the brain
-    placed rigidly where the fit puts it (as the default output places it). Whole heads,
-    the vertex or chin cut off included, keep nearly all of it; slabs and a top third
-    lose much of it.
+    The share of the template brain that lands in the scan's field of view (its valid
+    voxels and the masked slices between them: :func:`field_of_view`), the brain placed
+    rigidly where the fit puts it (as the default output places it). Whole heads, the
+    vertex or chin cut off included, keep nearly all of it; slabs and a top third lose
+    much of it.
 ``similarity``
     The correlation of template and registered scan over the template brain, at the
     fit's size and shape, on 2 mm grids, bias fields divided out. Other people's T1
@@ -120,11 +121,11 @@ def head_shape(level: Level) -> HeadShape | None:
                      volume_ml=float(head.sum() * voxel_ml))
 
 
-def similarity_and_overlap(
+def template_similarity(
     fixed: Level, brain: np.ndarray, moving: Level, template_to_subject: np.ndarray
-) -> tuple[float, float]:
-    """Correlation of template and registered subject over the template brain, and the
-    share of the brain that lands on valid subject voxels.
+) -> float:
+    """Correlation of template and registered subject over the template brain, on the
+    subject's valid voxels.
 
     Parameters
     ----------
@@ -137,44 +138,63 @@ def similarity_and_overlap(
 
     Returns
     -------
-    (similarity, overlap) : tuple of float
-        The correlation is NaN when fewer than 10 brain voxels land on valid subject
-        voxels, and 0 when either image is constant there.
+    float
+        NaN when fewer than 10 brain voxels land on valid subject voxels, 0 when either
+        image is constant there.
     """
-    coords, pulled, valid_at = _brain_on_scan(fixed, brain, moving, template_to_subject)
-    overlap = float(valid_at.mean()) if len(coords) else 0.0
+    coords, pulled, landed = _brain_on_scan(fixed, brain, moving, template_to_subject)
+    valid_at = np.zeros(len(coords), dtype=bool)
+    valid_at[landed] = moving.mask[tuple(np.rint(pulled[landed]).astype(int).T)]
     if valid_at.sum() < 10:
-        return float("nan"), overlap
+        return float("nan")
     values = ndimage.map_coordinates(moving.data, pulled[valid_at].T, order=1)
     reference = fixed.data[tuple(coords[valid_at].T)]
     values = values.astype(np.float64) - values.mean(dtype=np.float64)
     reference = reference.astype(np.float64) - reference.mean(dtype=np.float64)
     norm = float(np.sqrt((values**2).sum() * (reference**2).sum()))
     if norm == 0.0:  # a constant image correlates with nothing
-        return 0.0, overlap
-    return float((values * reference).sum() / norm), overlap
+        return 0.0
+    return float((values * reference).sum() / norm)
 
 
 def brain_overlap(fixed: Level, brain: np.ndarray, moving: Level,
                   template_to_subject: np.ndarray) -> float:
-    """The share of the template brain that lands on valid voxels of ``moving`` through
-    ``template_to_subject`` (the overlap of :func:`similarity_and_overlap` alone)."""
-    coords, _, valid_at = _brain_on_scan(fixed, brain, moving, template_to_subject)
-    return float(valid_at.mean()) if len(coords) else 0.0
+    """The share of the template brain that lands, through ``template_to_subject``, in
+    the scan's field of view (:func:`field_of_view` of ``moving``'s valid voxels)."""
+    coords, pulled, landed = _brain_on_scan(fixed, brain, moving, template_to_subject)
+    if not len(coords):
+        return 0.0
+    seen = field_of_view(moving.mask)
+    return float(seen[tuple(np.rint(pulled[landed]).astype(int).T)].sum() / len(coords))
+
+
+def field_of_view(valid: np.ndarray) -> np.ndarray:
+    """The voxels a scan covers: its valid voxels, and the invalid ones that valid voxels
+    enclose along some axis (masked slices, a filled NaN blob).
+
+    A masked slice lies inside the field of view, between valid slices; a slab or a cut
+    field of view has nothing valid beyond its edge. So masked slices do not count as a
+    partial field of view (a 1x1x3 mm scan with 7 of its slices masked had 83% of the
+    template brain on valid voxels, under the 85% that refuses a slab), while a scan
+    whose lower half was written as zeros still does.
+    """
+    covered = valid.copy()
+    for axis in range(valid.ndim):
+        before = np.logical_or.accumulate(valid, axis=axis)
+        after = np.flip(np.logical_or.accumulate(np.flip(valid, axis), axis=axis), axis)
+        covered |= before & after
+    return covered
 
 
 def _brain_on_scan(fixed: Level, brain: np.ndarray, moving: Level,
                    template_to_subject: np.ndarray):
-    """The template brain's voxels, where they land on ``moving`` (continuous voxel
-    coordinates) and whether that is a valid voxel."""
+    """The template brain's voxels, where they land on ``moving``'s grid (continuous
+    voxel coordinates), and which of them land inside the grid."""
     vox_map = np.linalg.inv(moving.affine) @ template_to_subject @ fixed.affine
     coords = np.argwhere(brain)
     pulled = coords @ vox_map[:3, :3].T + vox_map[:3, 3]
-    inside = np.all((pulled >= 0) & (pulled <= np.asarray(moving.data.shape) - 1), axis=1)
-    valid_at = np.zeros(len(coords), dtype=bool)
-    rounded = np.rint(pulled[inside]).astype(int)
-    valid_at[inside] = moving.mask[tuple(rounded.T)]
-    return coords, pulled, valid_at
+    landed = np.all((pulled >= 0) & (pulled <= np.asarray(moving.data.shape) - 1), axis=1)
+    return coords, pulled, landed
 
 
 # A scan is skull-stripped when a head's scalp above the brain, carried onto it by the
@@ -267,9 +287,10 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
     overlap = measures.get("overlap", float("nan"))
     if not overlap >= limits.min_overlap:
         return Failure("field_of_view", (
-            f"only {overlap:.0%} of the template brain lies on valid voxels of the "
+            f"only {overlap:.0%} of the template brain lies in the field of view of the "
             f"registered scan (at least {limits.min_overlap:.0%} needed): the scan covers "
-            "only part of the brain, or too many of its slices were masked"))
+            "only part of the brain (a slab, a cut field of view, or slices written as "
+            "zeros at its edge)"))
     similarity = measures.get("similarity", float("nan"))
     if not similarity >= limits.min_similarity:
         if similarity <= -limits.min_similarity:

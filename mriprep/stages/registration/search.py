@@ -140,7 +140,11 @@ def template_windows(level: Level, brain: np.ndarray, centre: np.ndarray,
     return tuple(windows)
 
 
-def tilts(degrees: tuple[float, ...] = (20.0,)) -> tuple[np.ndarray, ...]:
+# The tilts that refine an orientation of the search (see tilts).
+SEARCH_TILTS_DEG = (20.0,)
+
+
+def tilts(degrees: tuple[float, ...] = SEARCH_TILTS_DEG) -> tuple[np.ndarray, ...]:
     """Rotations by each of ``degrees`` (both signs) about each axis: the refinement of
     an orientation, whose neighbours lie a quarter turn away."""
     out = []

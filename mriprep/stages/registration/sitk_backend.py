@@ -1,24 +1,25 @@
 """The SimpleITK backend: regular step gradient descent, one registration per pyramid
 level.
 
-The fit has two parts:
+The fit is a 12-parameter affine (ITK's ``AffineTransform``) on every level over the
+brain's interior (``shape_fixed``), started from the global search's ranked pose (which
+already holds the search's estimate of the head's size), with the correlation of the two
+images as its metric. Adults' heads differ in size and in their proportions: another
+person's brain overlaps the template's only at its own size and shape, which is what the
+checks judge, and the stage's rigid output is this fit's rotation. Every level, not the
+finest alone: started from the coarse level's fit, the finest needs a few iterations.
 
-1. **The pose**, rigidly (Euler3D, 6 parameters, Mattes mutual information) on every
-   level, the finest included, from a start that already holds the search's estimate
-   of the head's size. The finest level's rigid pass is cheap, and without it a scan
-   whose coarse pass does not converge lands millimetres from its truth.
-2. **The head's size and shape**, a 12-parameter affine (ITK's ``AffineTransform``) on
-   every level over the brain's interior (``shape_fixed``), started from the pose, with
-   the correlation of the two images as its metric. Adults' heads differ in size and in
-   their proportions: another person's brain overlaps the template's only at its own
-   size and shape, which is what the checks judge. Every level, not the finest alone:
-   started from the coarse level's fit, the finest needs a few iterations.
+Why correlation over the interior: both images are T1-weighted and bias-flattened, so
+their voxels relate linearly; correlation is what the checks' similarity measures; and
+the brain's edge is where a whole head and its skull-stripped or defaced copy differ.
+With Mattes MI the 12 parameters collapsed one axis of good scans.
 
-Why these metrics: both images are T1-weighted and bias-flattened when the affine part
-runs, so their voxels relate linearly, and correlation is what the checks' similarity
-measures. With Mattes MI the 12 parameters collapsed one axis of good scans, and a
-7-parameter similarity pass between the two parts ran off from the rigid pose. A rigid
-pose, then the affine by correlation, lands every case measured.
+Why no rigid pass before it (0.4.0 had one on each level): on real heads whose size
+differs from the template's (S1, ROBEX: 0.91x and 0.82x), the rigid mutual-information
+optimum slides along the size mismatch (ROBEX's in four poses 2-4 mm apart, its 4 mm
+pass at the 200-iteration cap), and the affine that followed was as consistent from the
+ranked start alone (docs/benchmarks.md, "Registration"). The short rigid ranking of the
+search's starts stays: it chooses between orientations.
 
 Measured (these choices and their alternatives): docs/benchmarks.md, "Registration".
 """
@@ -37,16 +38,13 @@ from mriprep.stages.registration.pyramid import Level
 if TYPE_CHECKING:
     from mriprep.stages.registration.params import RegisterParams
 
-# The metric of each part of the fit (module notes).
+# The metric of the ranking registrations and of the fit (module notes).
 POSE_METRIC = "mattes"
 SHAPE_METRIC = "correlation"
 # The optimiser stops when its step, in mm of the largest voxel displacement, falls below
-# these: the pose's and the affine's. On 8 scans of two anatomies in known poses
-# (2026-12-03), 10 um instead of 1 um for the pose took 25-60% fewer iterations and
-# moved consistency from 0.064 to 0.074-0.089 mm mean (0.22 to 0.30-0.37 max), against
-# ANTs Rigid's 0.28 (0.73). The affine keeps 1 um: a sampled correlation's gradient
-# turns often, the step halves at each turn, and at 10 um the affine of a long,
-# narrow head stopped 2-8% short of its sizes.
+# these: the ranking's (a start only needs to be in its basin) and the fit's. The fit
+# keeps 1 um: a sampled correlation's gradient turns often, the step halves at each
+# turn, and at 10 um the affine of a long, narrow head stopped 2-8% short of its sizes.
 MIN_STEP_MM = 0.01
 SHAPE_MIN_STEP_MM = 0.001
 
@@ -55,44 +53,31 @@ def register_sitk(
     fixed: tuple[Level, ...], moving: list[Level], shape_fixed: tuple[Level, ...],
     initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams
 ) -> BackendResult:
-    """The pose level by level, each level starting from the previous one's transform;
-    then the affine, level by level, from the pose.
+    """The affine, level by level, each level starting from the previous one's fit.
 
     The start is a fixed moving-initial transform, and the optimiser moves a transform
-    composed with it from the identity: a start turned by a quarter turn about the
-    left-right axis would otherwise put Euler angles at their singular point (gimbal
-    lock), where the optimiser stalls. The result's metric value is the pose's mutual
-    information on its last level. Details: ``stop_conditions`` and ``level_seconds``,
-    one per pose level, then one per affine level, and ``shape_correlation``, the
-    affine's final metric (ITK's correlation metric, -1 at a perfect fit).
+    composed with it from the identity. ``fixed`` is unused here (the ranking ran on
+    it); ``shape_fixed`` carries the interior mask. The result's metric value is the
+    fit's correlation on its last level (ITK's: -1 at a perfect fit). Details:
+    ``stop_conditions`` and ``level_seconds``, one per level.
     """
+    del fixed  # the fit's metric mask is the interior's (shape_fixed)
     pin_sitk_threads(params.threads)
     iterations, stops, seconds = [], [], []
-
-    def run(fixed_level, moving_level, start, transform, metric):
+    shape = _identity(centre_lps, "affine")
+    value = float("nan")
+    for fixed_level, moving_level in zip(shape_fixed, moving):
         level_start = time.perf_counter()
         fraction = (params.fine_sampling_fraction if moving_level is moving[-1]
                     else params.sampling_fraction)
-        value, count, stop = register_level(fixed_level, moving_level, start, transform,
-                                            params, params.max_iterations, metric, fraction,
-                                            SHAPE_MIN_STEP_MM if metric == SHAPE_METRIC
-                                            else MIN_STEP_MM)
+        value, count, stop = register_level(fixed_level, moving_level, initial_lps, shape,
+                                            params, params.max_iterations, SHAPE_METRIC,
+                                            fraction, SHAPE_MIN_STEP_MM)
         iterations.append(count)
         stops.append(stop)
         seconds.append(round(time.perf_counter() - level_start, 4))
-        return value
-
-    pose = _identity(centre_lps, "rigid")
-    for fixed_level, moving_level in zip(fixed, moving):
-        pose_value = run(fixed_level, moving_level, initial_lps, pose, POSE_METRIC)
-    found = _composed(initial_lps, pose)
-    shape = _identity(centre_lps, "affine")
-    for fixed_level, moving_level in zip(shape_fixed, moving):
-        shape_value = run(fixed_level, moving_level, found, shape, SHAPE_METRIC)
-    found = _composed(found, shape)
-    return BackendResult(found, pose_value, stops[-1], iterations,
-                         {"stop_conditions": stops, "level_seconds": seconds,
-                          "shape_correlation": round(shape_value, 4)})
+    return BackendResult(_composed(initial_lps, shape), value, stops[-1], iterations,
+                         {"stop_conditions": stops, "level_seconds": seconds})
 
 
 def rank_starts(

@@ -22,7 +22,13 @@ from mriprep.stages.registration.pyramid import (
     level_grid,
     subject_pyramid,
 )
-from mriprep.stages.registration.search import ORIENTATIONS, Window, template_windows, tilts
+from mriprep.stages.registration.search import (
+    ORIENTATIONS,
+    SEARCH_TILTS_DEG,
+    Window,
+    template_windows,
+    tilts,
+)
 
 
 # nilearn.datasets.load_mni152_brain_mask's rule: the template (scaled to a maximum of 1)
@@ -246,14 +252,16 @@ def template_search_windows(template: str, spacing_mm: float,
     return template_windows(*template_search_level(template, spacing_mm, brain_mask))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=128)
 def template_tilted_windows(template: str, spacing_mm: float, orientation: int,
-                            brain_mask: str | None = None) -> tuple[Window, ...]:
+                            brain_mask: str | None = None,
+                            degrees: tuple[float, ...] = SEARCH_TILTS_DEG
+                            ) -> tuple[Window, ...]:
     """The template brain in orientation number ``orientation`` of the search, turned
-    further by each of :func:`mriprep.stages.registration.search.tilts`."""
+    further by each of :func:`mriprep.stages.registration.search.tilts` of ``degrees``."""
     base = ORIENTATIONS[orientation]
     return template_windows(*template_search_level(template, spacing_mm, brain_mask),
-                            rotations=tuple(base @ tilt for tilt in tilts()))
+                            rotations=tuple(base @ tilt for tilt in tilts(degrees)))
 
 
 def search_reach(template: str, spacing_mm: float, brain_mask: str | None = None) -> int:
