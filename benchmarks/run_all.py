@@ -37,12 +37,10 @@ SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "repo
             "fastsurfer")
 
 
-def _sections(cohort: Path, work: Path, anchor_anatomies: int) -> dict:
+def _sections(cohort: Path, work: Path) -> dict:
     """What each of :data:`SECTIONS` runs."""
     return {
-        "registration": lambda: _bench("bench_registration").main(
-            ["--anchor-anatomies", str(anchor_anatomies)]
-        ),
+        "registration": lambda: _bench("bench_registration").main([]),
         "plausibility": lambda: _bench("bench_plausibility").main([]),
         "slices": lambda: _bench("bench_slices").main([str(cohort)]),
         "conform": lambda: _bench("bench_conform").main([str(cohort)]),
@@ -89,9 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", help="keep the demo cohort and caches here, e.g. to "
                         "inspect a failed run (default: a temporary folder, deleted at the "
                         "end, whatever happened)")
-    parser.add_argument("--anchor-anatomies", type=int, default=2,
-                        help="anatomies of the calibration set whose scans ANTs Rigid and "
-                        "Greedy also register (default 2; each takes ~25 s a scan)")
     args = parser.parse_args(argv)
     chosen = args.sections or list(SECTIONS)
     unknown = [s for s in chosen if s not in SECTIONS]
@@ -99,18 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}")
 
     if args.work_dir:
-        return _run(chosen, Path(args.work_dir), args.anchor_anatomies, keep=True)
+        return _run(chosen, Path(args.work_dir), keep=True)
     # Without --work-dir everything goes: one run writes about 6 GB of caches.
     with tempfile.TemporaryDirectory(prefix="mriprep-bench-") as scratch:
-        return _run(chosen, Path(scratch), args.anchor_anatomies, keep=False)
+        return _run(chosen, Path(scratch), keep=False)
 
 
-def _run(chosen: list[str], work: Path, anchor_anatomies: int, keep: bool) -> int:
+def _run(chosen: list[str], work: Path, keep: bool) -> int:
     cohort = work / "cohort"
     if not (cohort / "ground_truth.json").exists():
         print(f"building the demo cohort in {cohort} ...", flush=True)
         build_demo_cohort(cohort, seed=0)
-    sections = _sections(cohort, work, anchor_anatomies)
+    sections = _sections(cohort, work)
     status = 0
     for name in chosen:
         print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
