@@ -233,11 +233,10 @@ def bridged_slice_gaps(
     of those are.
 
     Left without weight, a gap changes which part of the head the fit sees, and another
-    person's head differs from the template's unevenly, so the fit moved with the gaps:
-    on the tuning set's scans with missing slices, 0.15 mm mean and 0.53 mm max against
-    the same heads' reference scans; bridged, 0.10 and 0.28 (docs/benchmarks.md,
-    "Registration"). Slices at the edge of the field of view, partly invalid slices and
-    wider gaps are left as they are.
+    person's head differs from the template's unevenly, so the fit moved with the gaps
+    (measured: docs/benchmarks.md, "Registration", "Missing slices bridged"). Slices at
+    the edge of the field of view, partly invalid slices and wider gaps are left as they
+    are. The cached image is not touched: this is the registration's view only.
     """
     if valid.all():
         return data, valid
