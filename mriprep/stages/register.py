@@ -20,8 +20,8 @@ How it works, and why
   version (``bias_sigma_mm``): a smooth bias field was mutual information's largest error
   source. A receive field too strong for that (a surface coil, 7T) is divided out by N4
   on the 8 mm level before the search; the cached image is untouched. Voxels far
-  brighter than any tissue once the field is gone (a spike slice slice masking missed)
-  leave the metric.
+  brighter than any tissue once the field is gone (a spike slice that slice masking
+  missed) leave the metric.
 * **A brain-focused metric.** The fixed mask is the template's brain dilated by
   ``brain_margin_mm`` for the search's ranking, and the brain's interior for the fit
   (scalp, neck, and the brain's edge that skull stripping and defacing change differ
@@ -408,11 +408,22 @@ def _entry_files(params: RegisterParams, volume: Volume) -> dict[str, str]:
 
 # The causes a fit in the wrong basin can give (a wrong position or orientation that
 # correlates poorly, a size the optimiser ran off to), which a wider search may mend:
-# the stage retries before it refuses. Not retried: the head's length and the search's
-# best correlation, measured before any fit, and a rotation beyond the limit of a fit
+# the stage retries before it refuses. Not retried: the head's length, the search's best
+# correlation and a search in which no orientation fits the field of view, measured
+# before any fit (_refused_before_the_fit), and a rotation beyond the limit of a fit
 # that passed every other check, which is a good fit of a wrong header (the tuning
 # set's nine header errors all refused as before after a retry: 15-20 s each, spent).
 RETRIED_CAUSES = ("field_of_view", "not_t1", "head_size")
+
+
+def _refused_before_the_fit(result: RegistrationResult, limits) -> bool:
+    """Whether the head's length or the search's orientations (none fits the field of
+    view) refuse the scan: both are measured before any fit, and a wider search finds
+    them the same."""
+    length = result.details.get("head_length_mm")
+    return ((length is not None
+             and not limits.min_head_length_mm <= length <= limits.max_head_length_mm)
+            or result.details.get("search_orientations") == 0)
 
 
 def _measures(result: RegistrationResult) -> dict:
@@ -473,11 +484,13 @@ def register(volume: Volume, params: RegisterParams) -> StageOutput:
     result = register_volume(volume, params)
     failure = diagnose(_measures(result), params.limits, params.template)
     warnings = []
-    if failure is not None and failure.cause in RETRIED_CAUSES and params.search_spacing_mm:
+    if (failure is not None and failure.cause in RETRIED_CAUSES and params.search_spacing_mm
+            and not _refused_before_the_fit(result, params.limits)):
         first = failure
         retry = register_volume(volume, params, wide=True)
         retry_failure = diagnose(_measures(retry), params.limits, params.template)
-        if retry_failure is None or retry.similarity > result.similarity:
+        if retry_failure is None or (np.nan_to_num(retry.similarity, nan=-np.inf)
+                                     > np.nan_to_num(result.similarity, nan=-np.inf)):
             result, failure = retry, retry_failure
         result = dataclasses.replace(result, details={
             **result.details, "search_retried": True, "first_failure": first.cause})

@@ -342,3 +342,25 @@ def test_a_scan_that_passes_is_not_retried(monkeypatch, tiny_volume):
                         lambda volume, params, wide=False: calls.append(wide) or _result(0.7))
     metrics = get_stage("register")(tiny_volume).record_of("register").metrics
     assert calls == [False] and "search_retried" not in metrics
+
+
+@pytest.mark.parametrize("details", [{"head_length_mm": 90.0, "head_extents_mm": [90.0, 70.0, 60.0]},
+                                     {"search_orientations": 0}])
+def test_a_refusal_measured_before_the_fit_is_not_retried(monkeypatch, tiny_volume, details):
+    """A head too short, or a field of view that no orientation fits, is measured before
+    any fit: a wider search would find it the same, so the scan is refused at once."""
+    import dataclasses
+
+    import mriprep.stages.register as register_module
+
+    calls = []
+
+    def fake(volume, params, wide=False):
+        calls.append(wide)
+        result = _result(0.7, wide)
+        return dataclasses.replace(result, details={**result.details, **details})
+
+    monkeypatch.setattr(register_module, "register_volume", fake)
+    error = _refusal(tiny_volume)
+    assert error.metrics["failure"] in ("head_size", "field_of_view")
+    assert calls == [False] and "search_retried" not in error.metrics

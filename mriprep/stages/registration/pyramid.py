@@ -433,6 +433,7 @@ def without_bright_outliers(levels: list[Level]) -> tuple[list[Level], int]:
         usable = level.mask & (level.data > 0)
         if usable.sum() < 100:
             out.append(level)
+            excluded = 0
             continue
         head = usable & (level.data > HEAD_FRACTION * np.percentile(level.data[usable], 99))
         limit = BRIGHT_OUTLIER_FACTOR * float(np.percentile(level.data[head], 90))
