@@ -136,10 +136,14 @@ def _source_path(source: str, member: str) -> Path | None:
 
 
 def real_scan(name: str) -> Path | None:
-    """The path of one of :data:`REAL_SCANS`, or None when its source is not here."""
+    """The path of one of :data:`REAL_SCANS`, or None when its source is not here (a
+    scan that is a brain mask's copy also needs the mask: without it, it would be the
+    whole head under the stripped head's name)."""
     if name not in REAL_SCANS:
         raise KeyError(f"unknown real scan {name!r}; known: {', '.join(REAL_SCANS)}")
     scan = REAL_SCANS[name]
+    if scan.brain_mask is not None and _source_path(scan.source, scan.brain_mask) is None:
+        return None
     return _source_path(scan.source, scan.member)
 
 

@@ -103,3 +103,17 @@ def test_robex_reads_as_a_3d_head_through_the_products_reader():
     volume = load_volume(real_scans.real_scan("robex"))
     assert volume.shape == (116, 150, 155)
     assert nib.load(real_scans.real_scan("robex")).shape == (116, 150, 155, 1)
+
+
+def test_a_stripped_copy_without_its_mask_is_not_here(tmp_path, monkeypatch):
+    """ROBEX's head unpacked without its brain mask: ``robex`` is here, ``robex_brain``
+    is not (it would be the whole head under the stripped head's name)."""
+    monkeypatch.setenv(real_scans.FETCHED_VARIABLE, str(tmp_path))
+    scan = real_scans.REAL_SCANS["robex_brain"]
+    head = tmp_path / scan.source / scan.member
+    head.parent.mkdir(parents=True)
+    head.write_bytes(b"")
+    assert real_scans.real_scan("robex") == head
+    assert real_scans.real_scan("robex_brain") is None
+    (tmp_path / scan.source / scan.brain_mask).write_bytes(b"")
+    assert real_scans.real_scan("robex_brain") == head
