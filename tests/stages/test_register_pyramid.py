@@ -87,11 +87,17 @@ def test_masked_slices_of_a_scan_are_inside_its_field_of_view():
     from mriprep.stages.registration.checks import field_of_view
 
     level = _slab_level()
-    assert field_of_view(level.mask).all()  # the slab lies between valid slices
+    assert field_of_view(level.mask, 2.0).all()  # the slab lies between valid slices
     cut = level.mask.copy()
     cut[:, :, 25:] = False  # slices written as zeros at the edge: not covered
-    seen = field_of_view(cut)
+    seen = field_of_view(cut, 2.0)
     assert seen[:, :, :25].all() and not seen[:, :, 25:].any()
+    # Two valid slices far apart enclose no field of view between them.
+    apart = np.zeros_like(level.mask)
+    apart[:, :, [2, 27]] = True
+    assert field_of_view(apart, 2.0).sum() == apart.sum()
+    seen = field_of_view(apart, (2.0, 2.0, 0.5))  # 12 mm apart at 0.5 mm: covered
+    assert seen[:, :, 2:28].all() and not seen[:, :, :2].any()
 
 
 def test_bright_outliers_leave_the_metric_and_clean_levels_are_untouched():

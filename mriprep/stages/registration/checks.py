@@ -46,10 +46,10 @@ from dataclasses import dataclass
 
 import nibabel as nib
 import numpy as np
-from nibabel.affines import apply_affine
+from nibabel.affines import apply_affine, voxel_sizes
 from scipy import ndimage
 
-from mriprep.stages.registration.pyramid import HEAD_FRACTION, Level
+from mriprep.stages.registration.pyramid import HEAD_FRACTION, MAX_BRIDGED_GAP_MM, Level
 from mriprep.stages.registration.search import nearest_orientation, rotation_angle_deg
 
 # The length of a human head or brain in an image (its largest principal extent, mm).
@@ -164,25 +164,34 @@ def brain_overlap(fixed: Level, brain: np.ndarray, moving: Level,
     coords, pulled, landed = _brain_on_scan(fixed, brain, moving, template_to_subject)
     if not len(coords):
         return 0.0
-    seen = field_of_view(moving.mask)
+    seen = field_of_view(moving.mask, voxel_sizes(moving.affine))
     return float(seen[tuple(np.rint(pulled[landed]).astype(int).T)].sum() / len(coords))
 
 
-def field_of_view(valid: np.ndarray) -> np.ndarray:
+def field_of_view(valid: np.ndarray, spacing_mm) -> np.ndarray:
     """The voxels a scan covers: its valid voxels, and the invalid ones that valid voxels
-    enclose along some axis (masked slices, a filled NaN blob).
+    enclose along some axis across a gap no wider than
+    :data:`~mriprep.stages.registration.pyramid.MAX_BRIDGED_GAP_MM` (masked slices, a
+    filled NaN blob).
 
-    A masked slice lies inside the field of view, between valid slices; a slab or a cut
-    field of view has nothing valid beyond its edge. So masked slices do not count as a
+    A few masked slices lie inside the field of view, between valid slices; a slab or a
+    cut field of view has nothing valid beyond its edge, and a scan of a few valid
+    slices far apart covers those slices only. So masked slices do not count as a
     partial field of view (a 1x1x3 mm scan with 7 of its slices masked had 83% of the
     template brain on valid voxels, under the 85% that refuses a slab), while a scan
-    whose lower half was written as zeros still does.
+    whose lower half was written as zeros still does. ``spacing_mm``: the voxel size
+    along each axis (a number for all three).
     """
+    spacing = np.broadcast_to(np.asarray(spacing_mm, dtype=float), (valid.ndim,))
     covered = valid.copy()
     for axis in range(valid.ndim):
-        before = np.logical_or.accumulate(valid, axis=axis)
-        after = np.flip(np.logical_or.accumulate(np.flip(valid, axis), axis=axis), axis)
-        covered |= before & after
+        index = np.arange(valid.shape[axis]).reshape(
+            [-1 if i == axis else 1 for i in range(valid.ndim)])
+        before = np.maximum.accumulate(np.where(valid, index, -1), axis=axis)
+        after = np.flip(np.minimum.accumulate(
+            np.flip(np.where(valid, index, valid.shape[axis]), axis), axis=axis), axis)
+        enclosed = (before >= 0) & (after < valid.shape[axis])
+        covered |= enclosed & ((after - before - 1) * spacing[axis] <= MAX_BRIDGED_GAP_MM)
     return covered
 
 
@@ -289,8 +298,8 @@ def diagnose(measures: dict, limits: Limits, template: str) -> Failure | None:
         return Failure("field_of_view", (
             f"only {overlap:.0%} of the template brain lies in the field of view of the "
             f"registered scan (at least {limits.min_overlap:.0%} needed): the scan covers "
-            "only part of the brain (a slab, a cut field of view, or slices written as "
-            "zeros at its edge)"))
+            "only part of the brain (a slab, a cut field of view, slices written as "
+            "zeros at its edge, or valid slices far apart)"))
     similarity = measures.get("similarity", float("nan"))
     if not similarity >= limits.min_similarity:
         if similarity <= -limits.min_similarity:
