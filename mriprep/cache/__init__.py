@@ -58,6 +58,7 @@ from mriprep.cache.safety import is_key
 from mriprep.cache.store import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    DERIVED_DIR,
     QC_DIR,
     QUARANTINE_DIR,
     REPORTS_DIR,
@@ -68,7 +69,7 @@ from mriprep.cache.store import (
 )
 
 __all__ = [
-    "FORMAT_NAME", "FORMAT_VERSION", "QC_DIR", "QUARANTINE_DIR", "REPORTS_DIR", "REQUIRED_META",
+    "DERIVED_DIR", "FORMAT_NAME", "FORMAT_VERSION", "QC_DIR", "QUARANTINE_DIR", "REPORTS_DIR", "REQUIRED_META",
     "TENSOR_NAMES", "Cache",
     "FileRecord", "IndexEntry", "IndexReading", "MalformedEntry", "RefusedEntry",
     "UnsafeEntry", "drop_written_pages", "entry_key", "file_record", "is_key",

@@ -38,6 +38,9 @@ TENSOR_NAMES = ("image", "valid", "label")
 REPORTS_DIR = "reports"  # run reports (mriprep.run.reports writes them)
 QC_DIR = "qc"  # QC pictures, metrics and the HTML report (mriprep.qc writes them)
 QUARANTINE_DIR = "quarantine"  # damaged entries (mriprep.maintenance.repair moves them)
+# What training derives from the entries (classes per view, view-ordered copies), one
+# folder per entry key below it (mriprep.training.labels.derived writes them).
+DERIVED_DIR = "derived"
 REQUIRED_META = (
     "subject_id",
     "session_id",
@@ -430,7 +433,7 @@ def _only_cache_layout(root: Path) -> bool:
     Two runs started at once on a new folder both find no marker; the second must see the
     first one's half-made layout as a cache being created, not as a foreign folder.
     """
-    made_by_cache = {"entries", REPORTS_DIR, QC_DIR, QUARANTINE_DIR, ".lock",
+    made_by_cache = {"entries", REPORTS_DIR, QC_DIR, QUARANTINE_DIR, DERIVED_DIR, ".lock",
                      "mriprep-cache.json"}
     return all(
         p.name in made_by_cache or p.name.startswith(".mriprep-cache.json.")

@@ -31,9 +31,11 @@ def add_fastsurfer_options(p) -> None:
                         "and named) or background (class 0, counted)")
     g.add_argument("--processing", choices=("aparc", "aseg", "none"), default="aparc",
                    help="FastSurfer's label rewrites before the lookup (default: aparc)")
-    g.add_argument("--cortex", choices=("fuse", "split"), default="fuse",
-                   help="fuse right cortex parcels into the left ones but the medial ones "
-                        "(FastSurfer), or keep both hemispheres (default: fuse)")
+    g.add_argument("--cortex", choices=("fuse", "fuse_after_fill", "split"), default="fuse",
+                   help="fuse right cortex parcels into the left ones but the medial ones, "
+                        "as FastSurfer does (fuse); the same, but a right voxel filled from "
+                        "a medial parcel keeps its side (fuse_after_fill); or keep both "
+                        "hemispheres (split) (default: fuse)")
     g.add_argument("--max-weight", type=float, default=5.0,
                    help="cap of the median-frequency class weights (default: 5)")
     g.add_argument("--edge-weight", type=float, default=5.0,
@@ -48,6 +50,14 @@ def add_fastsurfer_options(p) -> None:
                         "Left-Cerebellum-White-Matter=1.3 (repeatable)")
     g.add_argument("--blank-slice-threshold", type=float, default=50,
                    help="drop slices whose class sum is at most this (default: 50)")
+    g.add_argument("--absent-classes", choices=("error", "allow"), default="error",
+                   help="a class of the table that no exported subject holds: error "
+                        "(nothing is written; the classes are named) or allow (default: "
+                        "error)")
+    g.add_argument("--derived-dir", metavar="DIR", default=None,
+                   help="where the classes derived from the label maps are kept and "
+                        "reused by later exports and by MRIDataset (default: "
+                        "CACHE/derived; give another folder for a read-only cache)")
     g.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: up to 4, one core left free)")
 
@@ -70,8 +80,9 @@ def run_fastsurfer(args: argparse.Namespace) -> int:
     from mriprep.cache import Cache
     from mriprep.core.errors import InputError
     from mriprep.outputs import entries_for
+    from mriprep.core.machine import default_process_workers
     from mriprep.outputs.fastsurfer_hdf5 import (EmptyExportError, HDF5Options,
-                                                 default_workers, export_fastsurfer_hdf5)
+                                                 export_fastsurfer_hdf5)
     from mriprep.training.labels import LabelTable
     from mriprep.training.labels.weights import WeightOptions
 
@@ -96,12 +107,23 @@ def run_fastsurfer(args: argparse.Namespace) -> int:
         raise CacheError(str(exc)) from None
     cache = Cache(args.cache)
     entries = entries_for(cache, args.subject, args.split)
-    options = HDF5Options(args.view, args.thickness, args.blank_slice_threshold, weights)
-    bar = ProgressBar("export", unit="subject", total=len(entries))
+    options = HDF5Options(args.view, args.thickness, args.blank_slice_threshold, weights,
+                          args.absent_classes)
+    derive_bar = ProgressBar("derive labels", unit="subject")
+    bar = ProgressBar("export", unit="subject")
+
+    def deriving(done, total):
+        derive_bar.update_to(done, total)
+
+    def writing(done, total):
+        derive_bar.close()
+        bar.update_to(done, total)
+
     try:
         result = export_fastsurfer_hdf5(cache, entries, out, table, options,
-                                        args.workers or default_workers(),
-                                        progress=bar.update_to)
+                                        args.workers or default_process_workers(),
+                                        progress=writing, derived_dir=args.derived_dir,
+                                        derive_progress=deriving)
     except EmptyExportError as exc:
         for problem in exc.problems:
             print(f"mriprep export: {problem}", file=sys.stderr)
@@ -110,6 +132,7 @@ def run_fastsurfer(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CacheError(f"cannot write {out}: {exc}; choose a writable path with -o") from exc
     finally:
+        derive_bar.close()
         bar.close()
     for problem in result.problems:
         print(f"mriprep export: {problem}", file=sys.stderr)
@@ -117,4 +140,6 @@ def run_fastsurfer(args: argparse.Namespace) -> int:
              "background" if result.unknown_voxels else "")
     print(f"wrote {result.slices} {args.view} slices of {len(result.subjects)} of "
           f"{len(entries)} subjects to {out}{extra}")
+    for rule, voxels in result.moved.items():
+        print(f"  rewritten before the lookup: {rule}: {voxels} voxels")
     return ExitCode.PROBLEMS if result.problems else ExitCode.OK

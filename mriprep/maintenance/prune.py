@@ -7,7 +7,8 @@
 * indexed entries of another pipeline than the one kept (a cache mixes pipelines only
   by mistake; the Dataset refuses such a cache);
 * entry folders the index no longer lists (an older run's entry of a subject whose
-  inputs or parameters changed), and QC folders of keys no longer indexed.
+  inputs or parameters changed), and QC and derived-label folders of keys no longer
+  indexed.
 
 :func:`apply_prune` first takes the entries out of the index, under its lock, then
 deletes their folders: a reader never finds an indexed entry without its files.
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mriprep.cache import QC_DIR, Cache, IndexEntry, is_key
+from mriprep.cache import DERIVED_DIR, QC_DIR, Cache, IndexEntry, is_key
 from mriprep.cache.run_report import read_latest_run_report
 from mriprep.core.errors import CacheError
 from mriprep.maintenance.inventory import folder_bytes, take_inventory
@@ -44,7 +45,7 @@ class Removal:
     bytes: int
     reason: str
     entry: IndexEntry | None = None
-    folder: str = "entries"  # or QC_DIR
+    folder: str = "entries"  # or QC_DIR, or a folder under DERIVED_DIR
 
     def to_json(self) -> dict[str, Any]:
         e = self.entry
@@ -114,13 +115,19 @@ def plan_prune(cache: Cache, manifest: Any = None, pipeline: str | None = None,
             continue
         plan.removals.append(Removal(listed.key, listed.bytes, _unindexed_reason(cache, listed.key)))
     staying = {listed.key for listed in inventory.indexed} - {r.key for r in plan.removals}
-    qc = cache.root / QC_DIR
-    if qc.is_dir():
-        for folder in sorted(qc.iterdir()):
+    derived = cache.root / DERIVED_DIR
+    kinds = [(cache.root / QC_DIR, "QC")]
+    if derived.is_dir():
+        kinds += [(d, "derived labels") for d in sorted(derived.iterdir()) if d.is_dir()]
+    for parent, what in kinds:
+        if not parent.is_dir():
+            continue
+        for folder in sorted(parent.iterdir()):
             if folder.is_dir() and is_key(folder.name) and folder.name not in staying \
                     and folder.name not in plan.too_young:
-                plan.removals.append(Removal(folder.name, folder_bytes(folder),
-                                             "QC of an entry no longer indexed", folder=QC_DIR))
+                plan.removals.append(Removal(
+                    folder.name, folder_bytes(folder), f"{what} of an entry no longer indexed",
+                    folder=str(parent.relative_to(cache.root))))
     return plan
 
 

@@ -24,7 +24,6 @@ the file appears atomically. Time and size per subject: docs/benchmarks.md (fast
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -36,8 +35,15 @@ import numpy as np
 from mriprep.cache import Cache, IndexEntry
 from mriprep.core.atomic import atomic_path
 from mriprep.core.errors import CacheError, MriprepError
+from mriprep.core.machine import process_context
 from mriprep.outputs.export import verify_entry_files
-from mriprep.training.labels.subject import SubjectSlices, derive, slices_of
+from mriprep.training.labels.derived import (
+    DerivedLabels,
+    EntrySummary,
+    check_absent_classes,
+    moved_voxels,
+)
+from mriprep.training.labels.subject import SubjectSlices, stored_slices
 from mriprep.training.labels.table import VIEWS, LabelTable
 from mriprep.training.labels.weights import WeightOptions
 
@@ -67,6 +73,7 @@ class HDF5Options:
     thickness: int = 3
     blt: float = 50
     weights: WeightOptions = field(default_factory=WeightOptions)
+    absent_classes: str = "error"
 
 
 @dataclass
@@ -76,6 +83,7 @@ class HDF5Result:
     subjects: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     unknown_voxels: int = 0
+    moved: dict[str, int] = field(default_factory=dict)  # rule -> voxels, all subjects
 
 
 def verify_entry(cache: Cache, entry: IndexEntry) -> None:
@@ -90,35 +98,43 @@ def subject_name(entry: IndexEntry) -> str:
     return f"{entry.subject_id}_{entry.session_id}" if entry.session_id else entry.subject_id
 
 
-def _one(cache_root: str, entry: IndexEntry, table: LabelTable,
+def _one(store: DerivedLabels, entry: IndexEntry, summary: EntrySummary,
          options: HDF5Options) -> SubjectSlices:
-    """One subject's slices (runs in a worker process)."""
-    cache = Cache(cache_root)
-    image = np.asarray(cache.load_tensor(entry.key, "image"))
+    """One subject's slices from its derived classes (runs in a worker process)."""
+    image = np.asarray(store.cache.load_tensor(entry.key, "image"))
     if image.dtype != np.uint8:
         # FastSurfer's orig is uint8 in 0..255; casting float values would wrap silently.
         raise CacheError(f"{entry.finding_name}: image is {image.dtype}, FastSurfer's HDF5 "
                          "holds uint8 0..255; export a cache made with -p conform_1mm")
-    labels = np.asarray(cache.load_tensor(entry.key, "label"))
     spacing = entry.spacing  # the index holds the sidecar's spacing: no meta.json read
     if spacing is None:
         raise CacheError(f"{entry.finding_name}: its index entry records no spacing; rebuild "
                          "the entry with `mriprep run --force`")
-    derived = derive(labels, table, options.view, options.weights, subject_name(entry))
-    return slices_of(image, derived, spacing, options.view, options.thickness,
-                     options.blt)
+    return stored_slices(image, store.classes(entry, options.view), summary, store.table,
+                         spacing, options.view, options.weights, options.thickness,
+                         options.blt)
 
 
 def export_fastsurfer_hdf5(cache: Cache, entries: Sequence[IndexEntry], path,
                            table: LabelTable,
                            options: HDF5Options = HDF5Options(), workers: int = 1,
-                           progress: Callable[[int, int], None] | None = None) -> HDF5Result:
+                           progress: Callable[[int, int], None] | None = None,
+                           derived_dir=None,
+                           derive_progress: Callable[[int, int], None] | None = None
+                           ) -> HDF5Result:
     """Write FastSurfer's training HDF5 for ``entries`` (module docstring).
+
+    The classes come from the cache's derived labels (:mod:`mriprep.training.labels.
+    derived`, kept in ``derived_dir``, default ``CACHE/derived``), derived first where
+    missing (``derive_progress(done, total)``); ``progress(done, total)`` follows the
+    writing.
 
     Raises
     ------
     EmptyExportError
         No slice at all could be written (every problem named); nothing is written then.
+    CacheError
+        A class of the table is absent from every subject (see ``absent_classes``).
     """
     h5py = require_h5py()
     result = HDF5Result(None)
@@ -129,11 +145,18 @@ def export_fastsurfer_hdf5(cache: Cache, entries: Sequence[IndexEntry], path,
             good.append(entry)
         except CacheError as exc:
             result.problems.append(str(exc))
+    store = DerivedLabels(cache, table, derived_dir)
+    summaries, problems = store.ensure(good, workers, derive_progress)
+    result.problems.extend(problems.values())
+    good = [e for e in good if e.key in summaries]
+    result.moved = moved_voxels(summaries.values())
+    check_absent_classes(table, options.view, summaries, options.absent_classes,
+                         [subject_name(e) for e in good])
     result.path = Path(path)
     with atomic_path(result.path) as tmp:
         with h5py.File(tmp, "w") as hf:
             _write_attributes(hf, table, options)
-            _write_subjects(hf, cache, entries, good, table, options, workers, result,
+            _write_subjects(hf, store, entries, good, summaries, options, workers, result,
                             progress, h5py)
         if result.slices == 0:  # raising here removes the temporary file
             raise EmptyExportError(
@@ -178,25 +201,29 @@ def read_recorded_table(path: str | os.PathLike) -> tuple[LabelTable, str]:
     return table, view
 
 
-def _write_subjects(hf, cache, entries, good, table, options, workers, result, progress,
-                    h5py) -> None:
-    """Process ``good`` (in worker processes when ``workers > 1``) and append each
+def _write_subjects(hf, store, entries, good, summaries, options, workers, result,
+                    progress, h5py) -> None:
+    """Cut ``good`` into slices (in worker processes when ``workers > 1``) and append each
     subject's slices as it arrives, in the entries' order: memory holds a few subjects,
     never the cohort."""
     done = len(entries) - len(good)
     pool = None
     if workers > 1 and len(good) > 1:
-        pool = ProcessPoolExecutor(min(workers, len(good)), mp_context=_context())
+        pool = ProcessPoolExecutor(min(workers, len(good)), mp_context=process_context())
     ahead = 2 * workers  # subjects in flight: finished ones wait in memory until written
     calls: dict[int, Any] = {}
+
+    def submit(j):
+        return pool.submit(_one, store, good[j], summaries[good[j].key], options)
+
     try:
         for i, entry in enumerate(good):
             while pool and len(calls) < ahead and i + len(calls) < len(good):
                 j = i + len(calls)
-                calls[j] = pool.submit(_one, str(cache.root), good[j], table, options)
+                calls[j] = submit(j)
             try:
                 got = (calls.pop(i).result() if pool
-                       else _one(str(cache.root), entry, table, options))
+                       else _one(store, entry, summaries[entry.key], options))
             except MriprepError as exc:
                 result.problems.append(str(exc))
                 got = None
@@ -249,18 +276,3 @@ def _append(hf, got: SubjectSlices, name: str, h5py) -> None:
     g["subject"][number] = name
     g["slice_subject"].resize(start + n, axis=0)
     g["slice_subject"][start:] = number
-
-
-def _context():
-    """Forked when this process runs no other thread (the command line): a worker then
-    starts in milliseconds. Spawned otherwise, since a fork copies other threads' locks
-    in whatever state they are (a training process with dask or loader threads); a
-    spawned worker imports mriprep.training, torch included, which takes seconds."""
-    import threading
-
-    method = "fork" if threading.active_count() == 1 and os.name == "posix" else "spawn"
-    return multiprocessing.get_context(method)
-
-
-def default_workers() -> int:
-    return max(1, min(4, (os.cpu_count() or 1) - 1))

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset, get_worker_info
 from mriprep.cache import Cache, IndexEntry
 from mriprep.cache.formats import format_of, open_tensor
 from mriprep.core.errors import CacheError
+from mriprep.core.machine import default_process_workers
 from mriprep.training.buffers import (
     Allocator,
     BufferPool,
@@ -37,6 +38,8 @@ from mriprep.training.interop import (
     slice_affine,
     torchio_subjects,
 )
+from mriprep.training.labels.table import LabelTable
+from mriprep.training.labels.weights import WeightOptions
 from mriprep.training.options import (
     MODES,
     as_channel_first,
@@ -44,8 +47,10 @@ from mriprep.training.options import (
     as_patch_size,
     as_positive_int,
     refuse_options_of_other_modes,
+    refuse_renamed,
 )
 from mriprep.training.sampling import SampleKey, draw_seed
+from mriprep.training.thick_slices import ThickSlices
 
 # Random centre draws before falling back to listing candidate voxels: with a brain's
 # valid mask or tissue labels a draw hits within a few tries and reads a few bytes.
@@ -73,14 +78,17 @@ class MRIDataset(Dataset):
         --folds K``): ``split="train"`` reads the subjects of every other fold, ``"val"``
         those of fold ``fold``; another split (``"test"``) is read as without ``fold``.
         Needs ``manifest``.
-    mode : {"volume", "patch", "slice", "slices"}
+    mode : {"volume", "patch", "slice", "thick_slice"}
         ``"volume"``: one item per entry, the whole volume ``[1, X, Y, Z]`` and its affine.
         ``"patch"``: ``samples_per_volume`` patches of ``patch_size`` per entry, each
         centred on a valid voxel; a ``foreground_fraction`` share of them centred on a
         voxel with label > 0. The centre of a patch is ``location + patch_size // 2``.
         ``"slice"``: one item per usable slice along ``axis``, with ``context`` neighbours
-        on each side as channels (2.5D as FastSurfer: ``context=3`` gives 7 channels;
-        neighbours beyond the edge repeat the edge slice). ``"slices"``: see ThickSliceDataset.
+        on each side as channels (neighbours beyond the edge repeat the edge slice); the
+        label is the cached FreeSurfer-numbered map. ``"thick_slice"``: FastSurfer's
+        training items, one per kept slice of ``view``, with ``context`` neighbours each
+        side, the slice's classes of ``table`` as ``label`` and its ``weight`` map
+        (:mod:`~mriprep.training.thick_slices`); equal to the FastSurfer HDF5 export.
     patch_size : int or 3 ints, optional
         Patch mode only; default 96^3. Must fit inside every volume of the split.
     samples_per_volume : int, optional
@@ -93,12 +101,35 @@ class MRIDataset(Dataset):
         slices are contiguous on disk: a slice along axis 2 touches every page of the
         volume).
     context : int, optional
-        Slice mode only; default 0 (plain 2D).
+        Slice and thick-slice modes: neighbouring slices on each side as channels
+        (FastSurfer's ``thickness``); default 0 in slice mode, 3 in thick-slice mode.
     min_valid_fraction : float, optional
         Slice mode only; default 0.5. A *masked slice* is one whose valid mask is all
         False (what the mask-slices stage leaves on a zero-filled or artifact slice) or
         whose share of valid voxels is below this threshold (e.g. mostly outside the field
         of view). Masked slices are never yielded as the centre slice.
+    view : {"coronal", "axial", "sagittal"}, optional
+        Thick-slice mode only; default ``"coronal"``. FastSurfer's view of a conformed
+        (LIA) cache; the sagittal classes merge left and right.
+    table : LabelTable, optional
+        Thick-slice mode only: FreeSurfer values to classes (and the rules before the
+        lookup); default the shipped FastSurfer DKT table. Values it does not list are
+        an error naming them; ``LabelTable(unknown="background")`` counts them as 0.
+    weights : WeightOptions, optional
+        Thick-slice mode only: FastSurfer's weight rules; default ``generate_hdf5``'s.
+    blank_slice_threshold : float, optional
+        Thick-slice mode only; default 50: slices whose class sum is at most this are
+        left out, as FastSurfer leaves them out.
+    absent_classes : {"error", "allow"}, optional
+        Thick-slice mode only; default ``"error"``: a class of the table that no entry of
+        the split holds is refused, naming the classes (a network never learns them).
+    derived_dir : path, optional
+        Thick-slice mode only: where the classes derived from the label maps are kept;
+        default ``CACHE/derived`` (:mod:`~mriprep.training.labels.derived`). They are
+        derived at opening where missing, in ``workers`` processes, and reused.
+    workers : int, optional
+        Thick-slice mode only: processes deriving classes at opening; default from the
+        machine's cores.
     labels : bool, optional
         Return ``label``. Default: when every entry of the split has a label map.
     channel_first : bool, optional
@@ -123,17 +154,12 @@ class MRIDataset(Dataset):
     ------
     CacheError
         The cache mixes pipeline hashes, the split is empty, or an entry's files are
-        missing or truncated.
+        missing or truncated; in thick-slice mode also: label maps the table cannot map
+        (every subject named with its reason), or a class no entry holds.
     ValueError
         An unknown mode, an option of another mode, or values that cannot work (patch
         larger than a volume, fraction outside [0, 1], ...).
     """
-
-    def __new__(cls, *args, **kwargs):
-        if kwargs.get("mode", args[2] if len(args) > 2 else None) == "slices":
-            from mriprep.training.thick_slices import ThickSliceDataset  # FastSurfer views
-            return ThickSliceDataset(*args, **kwargs)
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -149,14 +175,27 @@ class MRIDataset(Dataset):
         axis: int | None = None,
         context: int | None = None,
         min_valid_fraction: float | None = None,
+        view: str | None = None,
+        table: LabelTable | None = None,
+        weights: WeightOptions | None = None,
+        blank_slice_threshold: float | None = None,
+        absent_classes: str | None = None,
+        derived_dir: str | os.PathLike | None = None,
         labels: bool | None = None,
         channel_first: bool | None = None,
         meta_tensor: bool = False,
         transform: Callable[[dict], dict] | None = None,
         seed: int = 0,
+        workers: int | None = None,
+        **renamed,
     ):
+        refuse_renamed(mode, renamed)
         if mode not in MODES:
             raise ValueError(f"MRIDataset: unknown mode {mode!r}; choose one of {MODES}")
+        thick = dict(view=view, table=table, weights=weights,
+                     blank_slice_threshold=blank_slice_threshold,
+                     absent_classes=absent_classes, derived_dir=derived_dir,
+                     workers=workers)
         refuse_options_of_other_modes(
             mode,
             patch=dict(
@@ -164,8 +203,12 @@ class MRIDataset(Dataset):
                 samples_per_volume=samples_per_volume,
                 foreground_fraction=foreground_fraction,
             ),
-            slice=dict(axis=axis, context=context, min_valid_fraction=min_valid_fraction),
+            slice=dict(axis=axis, min_valid_fraction=min_valid_fraction),
+            thick_slice=thick,
         )
+        if context is not None and mode not in ("slice", "thick_slice"):
+            raise ValueError(f"MRIDataset: context only applies to mode='slice' or "
+                             f"'thick_slice', not mode={mode!r}; drop it")
         if transform is not None and not callable(transform):
             raise ValueError(f"MRIDataset: transform must be callable, got {transform!r}")
         self.meta_tensor = bool(meta_tensor)
@@ -178,9 +221,16 @@ class MRIDataset(Dataset):
         self.fold = None if fold is None else str(fold)
         self.entries: list[IndexEntry] = split_entries(self.cache, split, manifest, self.fold)
         self.pipeline_hash = self.entries[0].pipeline_hash
+        if mode == "thick_slice" and labels is False:
+            raise ValueError("MRIDataset: mode='thick_slice' serves classes and weights "
+                             "from the label maps; drop labels=False")
         self.labels = resolve_labels(self.cache, split, self.entries, labels)
         check_files(self.cache, self.entries, self.labels)
         if self.meta_tensor:
+            if mode == "thick_slice":
+                raise ValueError("MRIDataset: meta_tensor=True is for the volume, patch "
+                                 "and slice modes; thick slices are FastSurfer's plain "
+                                 "tensors (each item carries its affine)")
             require_monai()
         self.shapes = [tuple(int(s) for s in e.shape) for e in self.entries]
         self.affines = [e.affine for e in self.entries]
@@ -214,6 +264,23 @@ class MRIDataset(Dataset):
                 "min_valid_fraction", 0.5 if min_valid_fraction is None else min_valid_fraction
             )
             self.slices = self._list_usable_slices()
+        elif mode == "thick_slice":
+            self.context = 3 if context is None else context
+            if not isinstance(self.context, int) or self.context < 0:
+                raise ValueError(
+                    f"MRIDataset: context (neighbouring slices on each side, FastSurfer's "
+                    f"thickness) must be an int >= 0, got {self.context!r}")
+            self.thick = ThickSlices(
+                self.cache, self.entries, split, view="coronal" if view is None else view,
+                context=self.context, table=LabelTable() if table is None else table,
+                weights=WeightOptions() if weights is None else weights,
+                blank_slice_threshold=50 if blank_slice_threshold is None
+                else blank_slice_threshold,
+                derived_dir=derived_dir,
+                absent_classes="error" if absent_classes is None else absent_classes,
+                workers=default_process_workers() if workers is None else workers)
+            self.view = self.thick.view
+            self.slices = self.thick.slices
         self._init_runtime()
 
     # -- state that is rebuilt in every process --------------------------------------
@@ -277,13 +344,15 @@ class MRIDataset(Dataset):
 
     def item_shape(self, index: int) -> tuple[int, ...]:
         """Spatial shape of item ``index`` (what must match inside a batch)."""
-        entry = int(self.slices[index, 0]) if self.mode == "slice" else index
+        entry = int(self.slices[index, 0]) if self.mode in ("slice", "thick_slice") else index
         return self.entry_item_shape(entry)
 
     def entry_item_shape(self, entry: int) -> tuple[int, ...]:
         """Spatial shape of the items read from entry ``entry``."""
         if self.mode == "patch":
             return self.patch_size
+        if self.mode == "thick_slice":
+            return self.thick.planes[entry]
         shape = self.shapes[entry]
         if self.mode == "volume":
             return shape
@@ -325,21 +394,20 @@ class MRIDataset(Dataset):
             )
         shape = spatial.pop()
         b = len(keys)
-        channels = 2 * self.context + 1 if self.mode == "slice" else 1
+        channels = 2 * self.context + 1 if self.mode in ("slice", "thick_slice") else 1
         mask_shape = (b, 1, *shape) if self.channel_first else (b, *shape)
-        image = allocate((b, channels, *shape), torch.float32)
-        valid = allocate(mask_shape, torch.bool)
-        label = allocate(mask_shape, torch.int64) if self.labels else None
+        batch = {"image": allocate((b, channels, *shape), torch.float32),
+                 "valid": allocate(mask_shape, torch.bool)}
+        if self.labels:
+            batch["label"] = allocate(mask_shape, torch.int64)
+        if self.mode == "thick_slice":
+            batch["weight"] = allocate(mask_shape, torch.float32)
         # Every field as [B, C, ...] numpy views, so that the readers copy into [j, c].
-        out = {"image": image.numpy(), "valid": valid.numpy().reshape(b, 1, *shape)}
-        if label is not None:
-            out["label"] = label.numpy().reshape(b, 1, *shape)
+        out = {name: tensor.numpy().reshape(b, -1, *shape) for name, tensor in batch.items()}
         read_one = {"volume": self._read_volume, "patch": self._read_patch,
-                    "slice": self._read_slice}[self.mode]
+                    "slice": self._read_slice, "thick_slice": self._read_thick_slice,
+                    }[self.mode]
         extras = [read_one(k.index, k.draw_seed, out, j) for j, k in enumerate(keys)]
-        batch = {"image": image, "valid": valid}
-        if label is not None:
-            batch["label"] = label
         for name in ("subject_id", "session_id"):
             batch[name] = [x.pop(name) for x in extras]
         for name in extras[0]:
@@ -412,6 +480,10 @@ class MRIDataset(Dataset):
                 copy_into(out[name][j, 0], self._map(entry, name)[lead + (k,)])
         return {**self._identity(entry), "slice_index": k,
                 "affine": slice_affine(self.affines[entry], self.axis, k)}
+
+    def _read_thick_slice(self, index: int, seed: int, out: dict, j: int) -> dict:
+        extra = self.thick.read(index, out, j)
+        return {**self._identity(int(self.slices[index, 0])), **extra}
 
     # -- patch centres ---------------------------------------------------------------
 

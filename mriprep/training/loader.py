@@ -25,8 +25,9 @@ BACKENDS = ("auto", "threads", "processes")
 
 #: Batch sizes that fit a 16 GB T4 training a 3D U-Net-sized network with mixed precision:
 #: a whole 1 mm brain (~197x233x189) per item in volume mode leaves room for 2; 96^3
-#: patches for 8; FastSurfer-style 2.5D slices (7 channels, 256x256) for 16.
-DEFAULT_BATCH_SIZE = {"volume": 2, "patch": 8, "slice": 16}
+#: patches for 8; FastSurfer-style 2.5D slices (7 channels, 256x256) for 16, as
+#: FastSurfer's own training configuration batches them.
+DEFAULT_BATCH_SIZE = {"volume": 2, "patch": 8, "slice": 16, "thick_slice": 16}
 
 
 # -- the loader --------------------------------------------------------------------------
@@ -162,7 +163,7 @@ def make_dataloader(
     dataset : MRIDataset
     batch_size : int, optional
         Default by mode for a 16 GB T4 (:data:`DEFAULT_BATCH_SIZE`): 2 whole volumes,
-        8 patches, 16 slices. Volume and slice batches need one grid for all entries.
+        8 patches, 16 slices or thick slices. Volume and slice batches need one grid for all entries.
     shuffle : bool, optional
         Default: True for the ``"train"`` split, False otherwise.
     num_workers : int, optional

@@ -10,8 +10,33 @@ from __future__ import annotations
 
 import numpy as np
 
-MODES = ("volume", "patch", "slice")
+MODES = ("volume", "patch", "slice", "thick_slice")
+# Names people reach for that are spelled otherwise here: the error names the working form.
+RENAMED_OPTIONS = {
+    "thickness": "context (neighbouring slices on each side; FastSurfer's thickness)",
+    "blt": "blank_slice_threshold",
+    "unknown": "table=LabelTable(unknown='background') (mriprep.training.labels)",
+    "processing": "table=LabelTable(processing=...)",
+    "lut": "table=LabelTable('my_lut.tsv')",
+    "plane": "view",
+}
+RENAMED_MODES = {
+    "slices": "mode='thick_slice' for FastSurfer's thick slices of a view (with classes "
+              "and weights), or mode='slice' for slices along an axis of the cache",
+    "thick_slices": "mode='thick_slice'", "volumes": "mode='volume'",
+    "patches": "mode='patch'",
+}
 DEFAULT_PATCH_SIZE = (96, 96, 96)
+
+
+def refuse_renamed(mode: str, options: dict) -> None:
+    """A TypeError naming the working spelling of a renamed option or mode."""
+    for name in options:
+        if name in RENAMED_OPTIONS:
+            raise TypeError(f"MRIDataset has no option {name!r}; use {RENAMED_OPTIONS[name]}")
+        raise TypeError(f"MRIDataset got an unexpected option {name!r}")
+    if mode in RENAMED_MODES:
+        raise ValueError(f"MRIDataset: there is no mode {mode!r}; use {RENAMED_MODES[mode]}")
 
 
 def refuse_options_of_other_modes(mode: str, **options_by_mode: dict) -> None:

@@ -1,168 +1,132 @@
-"""FastSurfer's thick 2.5D slices of one view straight from the cache, without an HDF5.
+"""The ``thick_slice`` reader of :class:`~mriprep.training.dataset.MRIDataset`:
+FastSurfer's thick 2.5D slices of one view, with classes and weights, straight from the
+cache.
 
-``MRIDataset(cache, split, mode="slices", view="coronal", thickness=3)`` (or
-:class:`ThickSliceDataset` directly) gives one item per kept slice of every entry:
+``MRIDataset(cache, "train", mode="thick_slice", view="coronal", context=3)`` gives one
+item per kept slice of every entry:
 
-    image        float32 [2t+1, H, W]  the slice and its neighbours (edge slices repeat,
-                                       as FastSurfer pads), the cached values
-    label        int64   [H, W]        the centre slice's classes of the view
-    weight       float32 [H, W]        its weight map (computed over the whole volume)
-    valid        bool    [H, W]        the cache's valid mask of the centre slice
+    image        float32 [2c+1, H, W]  the slice and its ``context`` neighbours each side
+                                       (edge slices repeat, as FastSurfer pads), the
+                                       cached values
+    label        int64   [H, W]        the slice's classes of the view
+    weight       float32 [H, W]        its weights (as over the whole volume)
+    valid        bool    [H, W]        the cache's valid mask of the slice
+    zoom         float32 [2]           in-plane voxel size (FastSurfer's zoom)
     subject_id, session_id, slice_index
 
-The slices and their order equal the FastSurfer HDF5 that ``mriprep export --format
-fastsurfer-hdf5`` writes with the same options (both use
-:mod:`mriprep.training.labels.subject`). Blank slices (class sum <= ``blt``) are left out.
-
-Classes and weights of an entry are derived from its labels once and kept in the view's
-voxel order with the image and valid mask (a slice is then one contiguous copy): in
-memory for the ``keep_entries`` most recent entries (reading in entry order, as
-FastSurfer's loader does without shuffling, derives each entry once; a shuffled order
-derives again on most items, so use ``derived_dir`` there), or, with ``derived_dir``, as
-memory-mapped ``.npy`` files written at opening (the "cached tensor" way: any order
-costs the same). Batch with ``torch.utils.data.DataLoader``; ``make_dataloader`` serves
-the other modes. Opening looks every entry's labels up once to list the kept
-slices. Items per second both ways: docs/benchmarks.md (fastsurfer).
+The slices, their order and their values equal the FastSurfer HDF5 that ``mriprep export
+--format fastsurfer-hdf5`` writes with the same options: both read the classes the cache
+keeps (:mod:`mriprep.training.labels.derived`), derived when the dataset opens where
+they are missing (in worker processes) and reused by every later opening and export.
+Blank slices (class sum <= ``blank_slice_threshold``) are left out. The image and valid
+mask are read from view-ordered copies kept beside the classes, so that a slice is one
+contiguous read in every view and any order of items costs the same.
 """
 
 from __future__ import annotations
 
-import os
-from collections import OrderedDict
-from pathlib import Path
-
 import numpy as np
-import torch
-from torch.utils.data import Dataset
 
-from mriprep.cache import Cache
-from mriprep.cache.formats.npy import open_npy
-from mriprep.core.atomic import atomic_path
-from mriprep.core.errors import CacheError, InputError
-from mriprep.core.hashing import sha256_hex
-from mriprep.training.labels.slices import as_view, kept_slices, thick_slice
-from mriprep.training.labels.subject import derive
-from mriprep.training.labels.table import LabelTable
-from mriprep.training.labels.weights import WeightOptions
+from mriprep.cache import Cache, IndexEntry
+from mriprep.core.errors import CacheError
+from mriprep.core.progress import ProgressBar
+from mriprep.training.buffers import copy_into
+from mriprep.training.labels.derived import DerivedLabels, check_absent_classes
+from mriprep.training.labels.slices import thick_slice, view_axes, view_zoom
+from mriprep.training.labels.subject import summary_class_weights
+from mriprep.training.labels.table import VIEWS, LabelTable
+from mriprep.training.labels.weights import (
+    WeightOptions,
+    cortex_threshold,
+    region_factors_for,
+    slab_weights,
+)
 
 
-_FIELDS = ("image", "classes", "weights", "valid")
+class ThickSlices:
+    """The slices of one view of ``entries`` and how to read them (module docstring)."""
 
-
-class ThickSliceDataset(Dataset):
-    """Thick slices of one view of a cache split (module docstring)."""
-
-    def __init__(self, cache_dir: str | os.PathLike, split: str = "train",
-                 mode: str = "slices", *, view: str = "coronal", thickness: int = 3,
-                 table: LabelTable | None = None, weights: WeightOptions = WeightOptions(),
-                 blt: float = 50, keep_entries: int = 2,
-                 derived_dir: str | os.PathLike | None = None):
-        if mode != "slices":
-            raise ValueError(f"ThickSliceDataset reads mode='slices', not {mode!r}")
-        if not isinstance(thickness, int) or thickness < 0:
-            raise ValueError(f"thickness must be an int >= 0, got {thickness!r}")
-        self.cache = Cache(cache_dir)
-        self.split, self.view, self.thickness = split, view, thickness
-        self.table = table or LabelTable()
-        self.weights, self.blt = weights, blt
-        self.entries = [e for e in self.cache.entries() if e.split == split]
-        if not self.entries:
-            raise CacheError(f"split {split!r} of cache {self.cache.root} has no entries")
-        unlabelled = [e.finding_name for e in self.entries if "label" not in e.files]
+    def __init__(self, cache: Cache, entries: list[IndexEntry], split: str, *,
+                 view: str, context: int, table: LabelTable, weights: WeightOptions,
+                 blank_slice_threshold: float, derived_dir, absent_classes: str,
+                 workers: int):
+        if view not in VIEWS:
+            raise ValueError(f"MRIDataset: view {view!r} is unknown; choose one of {VIEWS}")
+        unlabelled = [e.finding_name for e in entries if "label" not in e.files]
         if unlabelled:
-            raise CacheError(f"{', '.join(unlabelled)} have no label map; thick-slice "
-                             "training needs one per entry")
-        self.keep_entries = max(1, int(keep_entries))
-        self.derived_dir = None if derived_dir is None else Path(derived_dir)
-        self._memory: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
-        self.slices = self._list_slices()
-
-    def _derive(self, e: int) -> dict[str, np.ndarray]:
-        """The entry's image, classes, weights and valid mask in view order (slice, row,
-        column), each contiguous: an item then copies whole slices, where the cache's
-        voxel order would make a coronal slice a strided gather."""
-        ref = self.entries[e]
+            raise CacheError(f"{', '.join(unlabelled[:8])} have no label map; "
+                             "mode='thick_slice' needs one per entry")
+        self.view, self.context, self.table, self.weights = view, context, table, weights
+        self.store = DerivedLabels(cache, table, derived_dir)
+        bar = ProgressBar("derive labels", unit="subject")
         try:
-            derived = derive(np.asarray(self.cache.load_tensor(ref.key, "label")),
-                             self.table, self.view, self.weights, ref.finding_name)
-        except InputError as exc:
-            raise CacheError(str(exc)) from None
-        arrays = {"image": self.cache.load_tensor(ref.key, "image"),
-                  "classes": derived.classes, "weights": derived.weights.astype(np.float32),
-                  "valid": np.asarray(self.cache.load_tensor(ref.key, "valid"), dtype=bool)}
-        return {k: np.ascontiguousarray(as_view(v, self.view)) for k, v in arrays.items()}
-
-    def _list_slices(self) -> np.ndarray:
-        rows = []
-        for e in range(len(self.entries)):
-            if self.derived_dir is not None:
-                classes = self._stored(e, create=True)["classes"]
-            else:
-                # Only the lookup here: the weights wait until the entry is read.
-                ref = self.entries[e]
-                try:
-                    mapped = self.table.map(np.asarray(self.cache.load_tensor(
-                        ref.key, "label")), self.view, subject=ref.finding_name)
-                except InputError as exc:
-                    raise CacheError(str(exc)) from None
-                classes = as_view(mapped.classes, self.view)
-            keep = kept_slices(classes, self.blt)
-            rows.append(np.stack([np.full(len(keep), e), keep], axis=1))
-        slices = np.concatenate(rows).astype(np.int64)
-        if len(slices) == 0:
-            raise CacheError(f"split {self.split!r} of cache {self.cache.root} has no "
-                             f"{self.view} slice with a class sum above {self.blt}")
-        return slices
-
-    def _stored(self, e: int, create: bool = False) -> dict[str, np.ndarray]:
-        stem = f"{self.entries[e].key}-{self._options_hash()}-{self.view}"
-        paths = {n: self.derived_dir / f"{stem}.{n}.npy" for n in _FIELDS}
-        if create and not all(p.exists() for p in paths.values()):
-            self.derived_dir.mkdir(parents=True, exist_ok=True)
-            for name, array in self._derive(e).items():
-                with atomic_path(paths[name], suffix=".npy") as tmp:
-                    np.save(tmp, array)
-        return {name: open_npy(path) for name, path in paths.items()}
-
-    def _options_hash(self) -> str:
-        text = f"{self.table.hash()}{self.weights!r}".encode()
-        return sha256_hex(text)[:16]
-
-    def _remember(self, e: int, arrays: dict[str, np.ndarray]) -> None:
-        self._memory[e] = arrays
-        self._memory.move_to_end(e)
-        while len(self._memory) > self.keep_entries:
-            self._memory.popitem(last=False)
-
-    def _arrays(self, e: int) -> dict[str, np.ndarray]:
-        if e not in self._memory:
-            # Memory maps are kept too: opening four .npy files per item cost more than
-            # reading the item.
-            self._remember(e, self._stored(e) if self.derived_dir is not None
-                           else self._derive(e))
-        self._memory.move_to_end(e)
-        return self._memory[e]
+            summaries, problems = self.store.ensure(entries, workers, bar.update_to)
+        finally:
+            bar.close()
+        if problems:
+            listed = "; ".join(problems[e.key] for e in entries if e.key in problems)
+            raise CacheError(f"{len(problems)} of {len(entries)} entries of split {split!r} "
+                             f"cannot give classes: {listed}")
+        check_absent_classes(table, view, summaries, absent_classes,
+                             [e.finding_name for e in entries])
+        self.moved = {}
+        for s in summaries.values():
+            for rule, count in s.moved.items():
+                self.moved[rule] = self.moved.get(rule, 0) + count
+        ordered = [summaries[e.key] for e in entries]
+        self.class_weight = [summary_class_weights(s, view, weights) for s in ordered]
+        rows = [np.stack([np.full(len(keep), e), keep], axis=1)
+                for e, keep in enumerate(np.flatnonzero(s.slice_sums[view] >
+                                                        blank_slice_threshold)
+                                         for s in ordered)]
+        self.slices = np.concatenate(rows).astype(np.int64)
+        if len(self.slices) == 0:
+            raise CacheError(f"split {split!r} of cache {cache.root} has no {view} slice "
+                             f"with a class sum above {blank_slice_threshold}")
+        _, rows_axis, cols_axis = view_axes(view)
+        self.planes = [(int(e.shape[rows_axis]), int(e.shape[cols_axis])) for e in entries]
+        self.zooms = [view_zoom(e.spacing or (1.0, 1.0, 1.0), view) for e in entries]
+        self.ctx_thresh = cortex_threshold(table, view)
+        self.factors = region_factors_for(table, view, weights.region_weights)
+        self.entries = entries
+        self.affines = [np.asarray(e.affine, dtype=np.float64) for e in entries]
+        self._maps: dict[tuple[int, str], np.ndarray] = {}
 
     def __getstate__(self):
-        # Worker processes derive their own entries: the arrays held here stay here.
-        return {**self.__dict__, "_memory": OrderedDict()}
+        # Memory maps are opened again in each worker process.
+        return {**self.__dict__, "_maps": {}}
 
-    def __len__(self) -> int:
-        return len(self.slices)
+    def _map(self, e: int, name: str) -> np.ndarray:
+        found = self._maps.get((e, name))
+        if found is None:
+            entry = self.entries[e]
+            found = (self.store.classes(entry, self.view) if name == "classes"
+                     else self.store.view_copy(entry, name, self.view))
+            # Kept open: opening a map per item cost more than reading the item.
+            self._maps[(e, name)] = found
+        return found
 
-    def __getitem__(self, index: int) -> dict:
-        if not -len(self) <= index < len(self):  # negative indices count from the end
-            raise IndexError(f"index {index} out of range for {len(self)} slices")
+    def read(self, index: int, out: dict, j: int) -> dict:
+        """Item ``index`` into row ``j`` of the batch arrays ``out`` ([B, C, H, W])."""
         e, k = (int(v) for v in self.slices[index])
-        ref = self.entries[e]
-        arrays = self._arrays(e)
-        thick = thick_slice(arrays["image"], k, self.thickness)  # [H, W, 2t+1]
-        return {
-            "image": torch.from_numpy(np.moveaxis(thick, -1, 0).astype(np.float32)),
-            "label": torch.from_numpy(arrays["classes"][k].astype(np.int64)),
-            "weight": torch.from_numpy(np.array(arrays["weights"][k])),
-            "valid": torch.from_numpy(np.array(arrays["valid"][k])),
-            "subject_id": ref.subject_id,
-            "session_id": ref.session_id,
-            "slice_index": k,
-        }
+        thick = thick_slice(self._map(e, "image"), k, self.context)  # [H, W, 2c+1]
+        copy_into(out["image"][j], np.moveaxis(thick, -1, 0))
+        classes = self._map(e, "classes")
+        copy_into(out["label"][j, 0], classes[k])
+        copy_into(out["weight"][j, 0],
+                  slab_weights(classes, k, self.class_weight[e], self.weights,
+                               ctx_thresh=self.ctx_thresh, region_factors=self.factors))
+        copy_into(out["valid"][j, 0], self._map(e, "valid")[k])
+        return {"slice_index": k, "zoom": self.zooms[e],
+                "affine": self.slice_affine(e, k)}
+
+    def slice_affine(self, e: int, k: int) -> np.ndarray:
+        """The affine of slice ``k`` as a one-voxel-thick volume whose axes are the
+        item's (row, column) and then the view's slice axis."""
+        slice_axis, rows_axis, cols_axis = view_axes(self.view)
+        to_cache = np.zeros((4, 4))
+        for column, axis in enumerate((rows_axis, cols_axis, slice_axis)):
+            to_cache[axis, column] = 1.0
+        to_cache[slice_axis, 3] = k
+        to_cache[3, 3] = 1.0
+        return self.affines[e] @ to_cache

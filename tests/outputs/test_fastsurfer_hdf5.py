@@ -32,13 +32,19 @@ DKT = str(resources.files("mriprep.training.labels") / "fastsurfer_dkt.tsv")
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory) -> dict[str, Path]:
+def derived(tmp_path_factory) -> list[str]:
+    """--derived-dir away from the shared cache, which the tests only read."""
+    return ["--derived-dir", str(tmp_path_factory.mktemp("derived"))]
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory, derived) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("hdf5")
     files = {}
     for view in ("axial", "coronal", "sagittal"):
         files[view] = out / f"{view}.hdf5"
         assert main(["export", str(shared_cache()), "-o", str(files[view]), "--format",
-                     "fastsurfer-hdf5", "--view", view,
+                     "fastsurfer-hdf5", "--view", view, *derived,
                      "--workers", "2" if view == "axial" else "1"]) == 0
     return files
 
@@ -77,7 +83,7 @@ def _damage_one(root: Path) -> None:
 def test_damaged_and_unmappable_subjects_are_named_and_exit_1(tmp_path, capsys):
     def edit(i, tensors):
         if i == 2:
-            tensors["label"][30:33, 30:33, 30:33] = 251  # corpus callosum: not a class
+            tensors["label"][30:33, 30:33, 30:33] = 5001  # not a FreeSurfer value
     root = write_cache(tmp_path / "c", count=3, edit=edit)
     _damage_one(root)
     out = tmp_path / "x.hdf5"
@@ -86,7 +92,7 @@ def test_damaged_and_unmappable_subjects_are_named_and_exit_1(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1
     assert "sub-01" in err and "checksum" in err
-    assert "sub-02" in err and "[251]" in err and "unknown background" in err
+    assert "sub-02" in err and "[5001]" in err and "unknown background" in err
     with h5py.File(out, "r") as hf:
         assert [s.decode() for s in hf["72"]["subject"][:]] == ["sub-00"]
     # --unknown background takes sub-02 back and counts what it mapped.
@@ -97,7 +103,7 @@ def test_damaged_and_unmappable_subjects_are_named_and_exit_1(tmp_path, capsys):
 
 def test_no_slice_means_no_file_and_exit_1(tmp_path, capsys):
     def edit(i, tensors):
-        tensors["label"][:] = 251
+        tensors["label"][:] = 5001
     root = write_cache(tmp_path / "c", count=2, edit=edit)
     out = tmp_path / "empty.hdf5"
     assert main(["export", str(root), "-o", str(out), "--format", "fastsurfer-hdf5"]) == 1
@@ -106,17 +112,30 @@ def test_no_slice_means_no_file_and_exit_1(tmp_path, capsys):
     assert not out.exists() and not list(tmp_path.glob("empty.hdf5*"))
 
 
-def test_unknown_region_name_is_a_usage_error(tmp_path, capsys):
+def test_a_class_no_subject_holds_writes_nothing_unless_allowed(tmp_path, capsys):
+    def edit(i, tensors):
+        tensors["label"][tensors["label"] == 77] = 2
+    root = write_cache(tmp_path / "c", count=2, edit=edit)
+    out = tmp_path / "absent.hdf5"
+    args = ["export", str(root), "-o", str(out), "--format", "fastsurfer-hdf5"]
+    assert main(args) == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert "WM-hypointensities" in err and "--absent-classes allow" in err
+    assert main([*args, "--absent-classes", "allow"]) == 0 and out.exists()
+
+
+def test_unknown_region_name_is_a_usage_error(tmp_path, capsys, derived):
     code = main(["export", str(shared_cache()), "-o", str(tmp_path / "r.hdf5"), "--format",
-                 "fastsurfer-hdf5", "--region-weight", "Left-Cerebelum-Cortex=1.3"])
+                 "fastsurfer-hdf5", "--region-weight", "Left-Cerebelum-Cortex=1.3",
+                 *derived])
     assert code == 2 and "Left-Cerebelum-Cortex" in capsys.readouterr().err
 
 
-def test_region_weight_scales_cerebellum(tmp_path, exports):
+def test_region_weight_scales_cerebellum(tmp_path, exports, derived):
     out = tmp_path / "r.hdf5"
     assert main(["export", str(shared_cache()), "-o", str(out), "--format",
                  "fastsurfer-hdf5", "--region-weight", "Left-Cerebellum-Cortex=1.3",
-                 "--workers", "1"]) == 0
+                 "--workers", "1", *derived]) == 0
     cls = dkt_table().class_of_name("Left-Cerebellum-Cortex", "coronal")
     with h5py.File(out, "r") as a, h5py.File(exports["coronal"], "r") as b:
         aseg, wa, wb = b["72"]["aseg_dataset"][:], a["72"]["weight_dataset"][:], \
@@ -125,10 +144,10 @@ def test_region_weight_scales_cerebellum(tmp_path, exports):
     np.testing.assert_array_equal(wa[aseg != cls], wb[aseg != cls])
 
 
-def test_missing_h5py_names_the_fix(tmp_path, monkeypatch, capsys):
+def test_missing_h5py_names_the_fix(tmp_path, monkeypatch, capsys, derived):
     monkeypatch.setitem(sys.modules, "h5py", None)
     code = main(["export", str(shared_cache()), "-o", str(tmp_path / "a.hdf5"), "--format",
-                 "fastsurfer-hdf5"])
+                 "fastsurfer-hdf5", *derived])
     assert code == 2 and "mriprep[fastsurfer]" in capsys.readouterr().err
 
 

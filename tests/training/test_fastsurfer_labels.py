@@ -6,6 +6,8 @@ The rules are compared voxel for voxel with the independent referee
 
 from __future__ import annotations
 
+import os
+import sys
 from importlib import resources
 
 import numpy as np
@@ -14,7 +16,7 @@ import pytest
 from mriprep.core.errors import InputError
 from mriprep.demo.fastsurfer_referee import referee_subject, weight_mask
 from mriprep.training.labels import LabelTable, dkt_table, read_lut
-from mriprep.training.labels.aparc import prepare_labels
+from mriprep.training.labels.aparc import fill_unknown_parcel, prepare_labels
 from mriprep.training.labels.slices import kept_slices, thick_slices
 from mriprep.training.labels.subject import derive, slices_of
 from mriprep.training.labels.weights import (
@@ -86,12 +88,13 @@ def test_dkt_table_classes_and_sagittal_merge():
 
 
 def test_unknown_values_error_names_them_or_become_background():
-    labels = np.array([0, 2, 251, 251, 1004]).reshape(1, 1, 5)
-    with pytest.raises(InputError, match=r"sub-07: label values \[251, 1004\] \(3 voxels\)"):
+    labels = np.array([0, 2, 5001, 5001, 1004]).reshape(1, 1, 5)
+    with pytest.raises(InputError, match=r"sub-07: label values \[1004, 5001\] \(3 voxels\)"
+                       r".*LabelTable\(\.\.\., unknown='background'\)"):
         dkt_table().map(labels, subject="sub-07")
     mapped = dkt_table(unknown="background").map(labels)
     assert mapped.classes.ravel().tolist() == [0, 1, 0, 0, 0]
-    assert mapped.unknown_voxels == 3 and mapped.unknown_values == (251, 1004)
+    assert mapped.unknown_voxels == 3 and mapped.unknown_values == (1004, 5001)
 
 
 def test_table_without_sagittal_partner_is_refused(tmp_path):
@@ -131,12 +134,121 @@ def test_aparc_rules_fill_unknown_and_fuse_right_parcels():
     labels[:, 6:] = 1007
     labels[:2, :2, :2] = 1000          # unknown, surrounded by 1005
     labels[0, 0, 11] = 30              # left vessel -> left WM
-    out = prepare_labels(labels)
+    prepared = prepare_labels(labels)
+    out = prepared.labels
     assert (out[:2, :2, :2] == 1005).all() and out[0, 0, 11] == 2
+    assert prepared.moved == {"30 Left-vessel -> 2": 1,
+                              "1000 ctx-lh-unknown -> nearest parcel": 8}
     right = np.array([2005, 2007, 3, 42]).reshape(1, 1, 4)
     # 2005 is a medial parcel FastSurfer keeps; 2007 joins 1007; cortex 3/42 -> 0.
-    assert prepare_labels(right).ravel().tolist() == [2005, 1007, 0, 0]
-    assert prepare_labels(right, cortex="split").ravel().tolist() == [2005, 2007, 0, 0]
+    assert prepare_labels(right).labels.ravel().tolist() == [2005, 1007, 0, 0]
+    assert prepare_labels(right, cortex="split").labels.ravel().tolist() == [2005, 2007, 0, 0]
+
+
+def _planted_unknown(person, seed):
+    """The person's labels with patches of cortex made unknown (1000/2000), as
+    FreeSurfer leaves them along the medial wall: scattered, in many places."""
+    labels = person["label"].astype(np.int32)
+    rng = np.random.default_rng(seed)
+    for lo, count in ((1000, 6), (2000, 4)):
+        cortex = np.argwhere((labels > lo) & (labels < lo + 1000))
+        for c in cortex[rng.choice(len(cortex), count, replace=False)]:
+            box = labels[tuple(slice(max(0, v - 2), v + 3) for v in c)]
+            box[(box > lo) & (box < lo + 1000)] = lo
+    return labels
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fill_of_unknown_parcels_equals_the_whole_volume_blur(person, seed):
+    from mriprep.demo.fastsurfer_referee import _fill
+
+    labels = _planted_unknown(person, seed)
+    assert (labels == 1000).sum() > 50 and (labels == 2000).sum() > 20
+    ours, whole = labels.copy(), labels.copy()
+    for unknown in (1000, 2000):
+        assert fill_unknown_parcel(ours, unknown, unknown + 1000) > 0
+        # The referee blurs every touching parcel over the whole volume, as FastSurfer.
+        whole = _fill(whole, unknown, unknown + 1000)
+    np.testing.assert_array_equal(ours, whole)
+
+
+def test_fuse_keeps_fastsurfers_side_rule_and_counts_it(person):
+    from mriprep.demo.fastsurfer_referee import aparc_processing
+
+    labels = np.zeros((8, 8, 8), dtype=np.int32)
+    labels[:, :4], labels[:, 4:] = 2005, 2007   # 2005 (cuneus) stays lateralised
+    labels[:2, :2, :2] = 2000
+    fused = prepare_labels(labels)
+    assert (fused.labels[:2, :2, :2] == 1005).all()   # FastSurfer's: a left class
+    assert fused.moved["2000 filled with a kept right parcel -> its left class "
+                       "(FastSurfer's rule)"] == 8
+    after = prepare_labels(labels, cortex="fuse_after_fill").labels
+    assert (after[:2, :2, :2] == 2005).all()
+    # The whole rule set equals the referee's restatement on a map with unknown cortex.
+    planted = _planted_unknown(person, 4)
+    np.testing.assert_array_equal(prepare_labels(planted).labels,
+                                  aparc_processing(planted.copy()))
+
+
+def test_fill_equals_fastsurfers_own_function(person):
+    checkout = os.environ.get("MRIPREP_FASTSURFER")
+    if not checkout:
+        pytest.skip("set MRIPREP_FASTSURFER to a FastSurfer checkout (.ci/run does) to "
+                    "compare with FastSurfer's own fill_unknown_labels_per_hemi")
+    sys.path.insert(0, checkout)
+    try:
+        from FastSurferCNN.data_loader.data_utils import fill_unknown_labels_per_hemi
+    finally:
+        sys.path.remove(checkout)
+    labels = _planted_unknown(person, 3)
+    ours = labels.copy()
+    for unknown in (1000, 2000):
+        fill_unknown_parcel(ours, unknown, unknown + 1000)
+        labels = fill_unknown_labels_per_hemi(labels, unknown, unknown + 1000)
+    np.testing.assert_array_equal(ours, labels)
+
+
+def test_desikan_parcels_join_their_dkt_neighbours_and_are_counted():
+    labels = np.zeros((20, 20, 20), dtype=np.int32)
+    labels[:, :10] = 1030              # superiortemporal
+    labels[:, 10:] = 1015              # middletemporal
+    labels[8:12, 6:10, 8:12] = 1001    # bankssts between them, on the 1030 side
+    labels[0:3, 0:3, 0:3] = 2033       # temporalpole, right, inside nothing of its side
+    labels[0:3, 3:6, 0:3] = 2030
+    mapped = dkt_table(cortex="split", unknown="background").map(labels)
+    prepared = prepare_labels(labels, cortex="split", known=dkt_table().ids)
+    out = prepared.labels
+    assert not np.isin(out, (1001, 2033)).any()
+    assert (out[8:12, 6:10, 8:12] == 1030).all() and (out[0:3, 0:3, 0:3] == 2030).all()
+    assert prepared.moved["1001 Desikan-only parcel -> nearest DKT parcel"] == 64
+    assert prepared.moved["2033 Desikan-only parcel -> nearest DKT parcel"] == 27
+    assert mapped.moved == prepared.moved
+    # A table that lists a Desikan parcel keeps it.
+    kept = prepare_labels(labels, cortex="split", known=[*dkt_table().ids, 1001]).labels
+    assert (kept[8:12, 6:10, 8:12] == 1001).all()
+
+
+def test_corpus_callosum_takes_the_nearer_white_matter():
+    labels = np.zeros((10, 10, 10), dtype=np.int32)
+    labels[:, :, :4] = 2
+    labels[:, :, 6:] = 41
+    labels[2:8, 2:8, 4] = 251
+    labels[2:8, 2:8, 5] = 253
+    prepared = prepare_labels(labels)
+    out = prepared.labels
+    assert (out[2:8, 2:8, 4] == 2).all() and (out[2:8, 2:8, 5] == 41).all()
+    assert prepared.moved == {"251-255 corpus callosum -> nearer white matter (2/41)": 72}
+
+
+def test_cortex_without_parcels_is_refused_not_sent_to_background():
+    aseg = np.zeros((6, 6, 6), dtype=np.int32)
+    aseg[:3], aseg[3:] = 3, 42
+    aseg[2:4, 2:4, 2:4] = 2
+    with pytest.raises(InputError, match=r"sub-03: .*left and right cerebral cortex.*"
+                       r"no cortical parcel.*aparc\+aseg"):
+        dkt_table().map(aseg, subject="sub-03")
+    # The aseg rules keep it, for a table of aseg's structures.
+    assert prepare_labels(aseg, processing="aseg").labels.tolist() == aseg.tolist()
 
 
 @pytest.mark.parametrize("view", ["axial", "coronal", "sagittal"])
@@ -150,6 +262,28 @@ def test_equals_referee_voxel_for_voxel(person, view):
     np.testing.assert_allclose(got.weights, weight, rtol=1e-12, atol=0)
     assert tuple(got.zoom) == tuple(zoom)
     assert got.classes.max() < dkt_table().num_classes(view)
+
+
+@pytest.mark.parametrize("options", [
+    WeightOptions(),
+    WeightOptions(hires_weight=3, cortex_mask=True, region_weights={"Brain-Stem": 1.5}),
+    WeightOptions(gradient=False, region_weights={"Left-Cerebellum-Cortex": 1.3}),
+], ids=["fastsurfer-defaults", "hires", "no-gradient"])
+@pytest.mark.parametrize("view", ["coronal", "sagittal"])
+def test_slice_weights_equal_the_whole_volume_weights(person, options, view):
+    from mriprep.training.labels.slices import as_view
+    from mriprep.training.labels.weights import (class_weights, cortex_threshold,
+                                                 region_factors_for, slab_weights)
+
+    table = dkt_table()
+    classes = np.ascontiguousarray(as_view(table.map(person["label"], view).classes, view))
+    n = table.num_classes(view)
+    keys = dict(ctx_thresh=cortex_threshold(table, view),
+                region_factors=region_factors_for(table, view, options.region_weights))
+    whole = weight_map(classes, n, options, **keys)
+    cw = class_weights(classes, n, options.max_weight)
+    for k in (0, 1, 20, len(classes) // 2, len(classes) - 2, len(classes) - 1):
+        np.testing.assert_array_equal(slab_weights(classes, k, cw, options, **keys), whole[k])
 
 
 def test_class_weights_by_class_when_classes_are_absent():

@@ -1,5 +1,6 @@
-"""``MRIDataset(mode="slices", view=..., thickness=3)``: FastSurfer's thick 2.5D items from
-the cache, equal to the HDF5 export's slices; and the losses taking their weight map."""
+"""``MRIDataset(mode="thick_slice", view=..., context=3)``: FastSurfer's thick 2.5D items
+from the cache, equal to the HDF5 export's slices, through ``make_dataloader`` too; the
+derived classes kept beside the cache; and the losses taking their weight map."""
 
 from __future__ import annotations
 
@@ -10,33 +11,37 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mriprep import MRIDataset
+from mriprep import MRIDataset, make_dataloader
 from mriprep.core.errors import CacheError
 from mriprep.training import CrossEntropyLoss, DiceLoss
 from mriprep.training.labels import dkt_table
 from mriprep.training.labels.subject import derive, slices_of
-from mriprep.training.thick_slices import ThickSliceDataset
 from tests.training.fastsurfer_cache import shared_cache, subject, write_cache
+
+THICK = dict(mode="thick_slice")
 
 
 @pytest.fixture(scope="module")
-def coronal():
-    return MRIDataset(shared_cache(), "train", mode="slices", view="coronal", thickness=3)
+def coronal(tmp_path_factory):
+    derived = tmp_path_factory.mktemp("derived")
+    return MRIDataset(shared_cache(), "train", view="coronal", context=3,
+                      derived_dir=derived, **THICK)
 
 
 def test_items_have_fastsurfer_shapes_and_identity(coronal):
-    assert isinstance(coronal, ThickSliceDataset)
     item = coronal[0]
     assert item["image"].shape == (7, 72, 72) and item["image"].dtype == torch.float32
     assert item["label"].shape == item["weight"].shape == item["valid"].shape == (72, 72)
     assert item["label"].dtype == torch.int64 and item["valid"].dtype == torch.bool
-    assert item["subject_id"] == "sub-00" and isinstance(item["slice_index"], int)
+    assert item["subject_id"] == "sub-00" and item["slice_index"].dtype == torch.int64
     assert int(item["label"].max()) < 79 and bool(torch.isfinite(item["weight"]).all())
+    assert item["zoom"].tolist() == [1.0, 1.0] and item["affine"].shape == (4, 4)
 
 
 @pytest.mark.parametrize("view", ["axial", "sagittal"])
-def test_items_equal_the_export_slices(view):
-    ds = MRIDataset(shared_cache(), "train", mode="slices", view=view, thickness=3)
+def test_items_equal_the_export_slices(view, tmp_path):
+    ds = MRIDataset(shared_cache(), "train", view=view, context=3, derived_dir=tmp_path,
+                    **THICK)
     person = subject(1)
     ref = slices_of(person["image"], derive(person["label"], dkt_table(), view),
                     [1, 1, 1], view)
@@ -51,37 +56,71 @@ def test_items_equal_the_export_slices(view):
         np.testing.assert_allclose(item["weight"].numpy(), ref.weights[j], rtol=1e-6)
 
 
-def test_derived_dir_gives_the_same_items_and_reuses_files(tmp_path, coronal):
-    stored = MRIDataset(shared_cache(), "train", mode="slices", view="coronal",
-                        derived_dir=tmp_path)
-    files = sorted(p.name for p in tmp_path.iterdir())
-    assert len(files) == 12  # image, classes, weights, valid of 3 entries, view order
-    for i in (0, len(coronal) // 2, len(coronal) - 1):
-        a, b = coronal[i], stored[i]
-        for key in ("image", "label", "valid"):
-            assert torch.equal(a[key], b[key])
-        torch.testing.assert_close(a["weight"], b["weight"])
-    again = MRIDataset(shared_cache(), "train", mode="slices", view="coronal",
-                       derived_dir=tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == files and len(again) == len(stored)
+def test_classes_are_derived_once_beside_the_cache_and_reused(tmp_path):
+    root = write_cache(tmp_path / "c", count=2)
+    first = MRIDataset(root, "train", view="axial", **THICK)
+    derived = root / "derived"
+    stored = sorted(p.relative_to(derived) for p in derived.rglob("*.*"))
+    # Three views of classes and a summary per entry, and the view's image and mask.
+    assert len([p for p in stored if p.parts[0].startswith("labels-")]) == 2 * 4
+    stamps = {p: (derived / p).stat().st_mtime_ns for p in stored}
+    again = MRIDataset(root, "train", view="axial", **THICK)
+    assert {p: (derived / p).stat().st_mtime_ns for p in stored} == stamps
+    for i in (0, len(first) // 2, len(first) - 1):
+        a, b = first[i], again[i]
+        assert all(torch.equal(a[k], b[k]) for k in ("image", "label", "weight", "valid"))
 
 
-def test_blank_threshold_and_thickness_options(coronal):
-    strict = ThickSliceDataset(shared_cache(), "train", view="coronal", blt=20000,
-                               thickness=1)
+def test_make_dataloader_serves_thick_slices(coronal):
+    loader = make_dataloader(coronal, batch_size=4, num_workers=2, seed=1)
+    batch = next(iter(loader))
+    assert batch["image"].shape == (4, 7, 72, 72) and batch["weight"].shape == (4, 72, 72)
+    assert batch["label"].dtype == torch.int64 and batch["zoom"].shape == (4, 2)
+    again = next(iter(make_dataloader(coronal, batch_size=4, num_workers=0, seed=1)))
+    assert torch.equal(batch["label"], again["label"]) and torch.equal(batch["image"],
+                                                                       again["image"])
+
+
+def test_old_spellings_name_the_working_form():
+    with pytest.raises(ValueError, match="mode='thick_slice'"):
+        MRIDataset(shared_cache(), "train", mode="slices")
+    with pytest.raises(TypeError, match="context"):
+        MRIDataset(shared_cache(), "train", mode="thick_slice", thickness=3)
+    with pytest.raises(TypeError, match=r"LabelTable\(unknown='background'\)"):
+        MRIDataset(shared_cache(), "train", mode="thick_slice", unknown="background")
+    with pytest.raises(ValueError, match="only apply to mode='thick_slice'"):
+        MRIDataset(shared_cache(), "train", mode="slice", view="coronal")
+
+
+def _without_hypointensities(i, tensors):
+    tensors["label"][tensors["label"] == 77] = 2
+
+
+def test_a_class_no_subject_holds_is_refused_by_name(tmp_path):
+    root = write_cache(tmp_path / "c", count=2, edit=_without_hypointensities)
+    with pytest.raises(CacheError, match=r"1 of the 78 classes of the coronal view .* "
+                       r"absent from all 2 subjects \(sub-00 .*\): WM-hypointensities"):
+        MRIDataset(root, "train", mode="thick_slice")
+    allowed = MRIDataset(root, "train", mode="thick_slice", absent_classes="allow")
+    assert len(allowed) > 0
+
+
+def test_blank_threshold_and_context_options(coronal, tmp_path):
+    strict = MRIDataset(shared_cache(), "train", view="coronal", blank_slice_threshold=20000,
+                        context=1, derived_dir=tmp_path, **THICK)
     assert 0 < len(strict) < len(coronal) and strict[0]["image"].shape[0] == 3
     sums = [int(strict[i]["label"].sum()) for i in range(len(strict))]
     assert min(sums) > 20000
-    with pytest.raises(ValueError, match="thickness"):
-        ThickSliceDataset(shared_cache(), "train", thickness=-1)
+    with pytest.raises(ValueError, match="context"):
+        MRIDataset(shared_cache(), "train", context=-1, derived_dir=tmp_path, **THICK)
 
 
 def test_unknown_values_name_the_subject(tmp_path):
     def edit(i, tensors):
-        tensors["label"][10, 10, 10] = 251
+        tensors["label"][10, 10, 10] = 1999
     root = write_cache(tmp_path / "c", count=1, edit=edit)
-    with pytest.raises(CacheError, match=r"sub-00.*\[251\]"):
-        MRIDataset(root, "train", mode="slices", view="axial")
+    with pytest.raises(CacheError, match=r"sub-00.*\[1999\]"):
+        MRIDataset(root, "train", view="axial", **THICK)
 
 
 def test_dataset_pickles_for_worker_processes(coronal):

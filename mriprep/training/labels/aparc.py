@@ -17,80 +17,216 @@ rules, written from its documented behaviour:
 ``processing="none"``
     Values pass unchanged.
 
-One deliberate difference: FastSurfer decides which right parcels stay lateralised from
-the values *before* the fill, so a voxel of 2000 filled with a kept parcel (say 2005)
-still becomes the left one (1005). Here the filled value decides, so a right-hemisphere
-voxel never takes a left-hemisphere class.
+Two rules for maps FastSurfer's generator does not take as they come, applied to values
+the class table does not list (``known``):
 
-``cortex="split"`` keeps every parcel of both hemispheres (use a table that lists them).
-The fill of unknown parcels costs one 3D Gaussian per neighbouring parcel; it only runs
-when 1000/2000 occur. Limits and costs: docs/benchmarks.md (fastsurfer).
+* **Desikan to DKT.** FreeSurfer's default ``aparc+aseg`` uses the Desikan atlas, which
+  has three parcels per hemisphere the DKT atlas dropped: bankssts (1001/2001),
+  frontalpole (1032/2032) and temporalpole (1033/2033). DKT's protocol gives their cortex
+  to the neighbouring parcels, so here their voxels join the hemisphere's unknown parcel
+  and take its fill (nearest touching parcel). ``processing="aparc"`` only.
+* **Corpus callosum.** FreeSurfer's ``aparc+aseg`` and ``aseg`` carry the callosum as
+  251-255; FastSurfer puts back ``aseg.auto_noCCseg.mgz``'s values there, which are the
+  white matter of either hemisphere. That file does not travel with a cached label map,
+  so each callosum voxel takes the nearer of left and right white matter (2, 41).
+
+Every rewrite is counted (:attr:`Prepared.moved`, voxels per rule), so nothing is mapped
+away unseen; :attr:`Prepared.cortex_lost` names a hemisphere whose whole cortex the
+``aparc`` rules would send to background (a map without cortical parcels, such as
+``aseg.mgz``), which the table refuses.
+
+FastSurfer decides which right parcels stay lateralised from the values *before* the
+fill, so a voxel of 2000 filled with a kept parcel (say 2005) becomes the left one
+(1005): a right-hemisphere voxel with a left-hemisphere class, along the medial wall
+where FreeSurfer leaves its unknown cortex. ``cortex="fuse"`` keeps that rule, so that
+the classes equal FastSurfer's own training data, and counts those voxels;
+``cortex="fuse_after_fill"`` lets the filled value decide, so a right-hemisphere voxel
+never takes a left-hemisphere class. ``cortex="split"`` keeps every parcel of both
+hemispheres (use a table that lists them).
+The fill blurs only the neighbourhood of the unknown voxels (:func:`fill_unknown_parcel`),
+with the same result as blurring the whole volume. Costs: docs/benchmarks.md (fastsurfer).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import ndimage
 
 PROCESSING = ("aparc", "aseg", "none")
-CORTEX = ("fuse", "split")
+CORTEX = ("fuse", "fuse_after_fill", "split")
 
 # Right-hemisphere DKT parcels that FastSurfer's fused table keeps apart from the left:
 # those along the midline, where left and right touch and position cannot tell them apart.
 KEPT_RIGHT = (2002, 2005, 2010, 2012, 2013, 2014, 2016, 2017, 2021, 2022, 2023, 2024,
               2025, 2028)
+# Desikan parcels the DKT atlas does not have: bankssts, frontalpole, temporalpole.
+DESIKAN_ONLY = (1001, 1032, 1033, 2001, 2032, 2033)
+CORPUS_CALLOSUM = (251, 252, 253, 254, 255)
+WHITE_MATTER = (2, 41)
 
 # (from, to) rewrites applied before the lookup. Order matters only in that none of the
 # targets is itself rewritten.
 _APARC_REWRITES = ((80, 77), (85, 0), (62, 41), (30, 2), (72, 24), (29, 0), (61, 0),
                    (3, 0), (42, 0))
 _ASEG_REWRITES = ((1000, 3), (2000, 42), (80, 77), (85, 0), (62, 41), (30, 2), (72, 24))
+_NAMES = {3: "Left-Cerebral-Cortex", 42: "Right-Cerebral-Cortex", 29: "Left-undetermined",
+          61: "Right-undetermined", 85: "Optic-Chiasm", 80: "non-WM-hypointensities",
+          62: "Right-vessel", 30: "Left-vessel", 72: "5th-Ventricle",
+          1000: "ctx-lh-unknown", 2000: "ctx-rh-unknown"}
+
+# The fill's Gaussian: sigma 5 voxels, scipy's default truncation at 4 sigma.
+_SIGMA = 5.0
+_RADIUS = int(4.0 * _SIGMA + 0.5)
+# Side of the blocks the unknown voxels are grouped by before blurring their surroundings.
+_BLOCK = 16
 
 
-def _rewrite(labels: np.ndarray, pairs) -> None:
+@dataclass
+class Prepared:
+    """A label map after the rules, and what they moved."""
+
+    labels: np.ndarray                                   # int32, FreeSurfer values
+    moved: dict[str, int] = field(default_factory=dict)  # rule -> voxels it rewrote
+    cortex_lost: tuple[str, ...] = ()                    # hemispheres ("left", "right")
+
+
+def _rewrite(labels: np.ndarray, pairs, moved: dict[str, int]) -> None:
     # Masks from the input values first: a chain a->b, b->c must not turn a into c.
-    masks = [(labels == a, b) for a, b in pairs]
-    for mask, b in masks:
-        labels[mask] = b
+    masks = [(labels == a, a, b) for a, b in pairs]
+    for mask, a, b in masks:
+        count = int(np.count_nonzero(mask))
+        if count:
+            labels[mask] = b
+            moved[f"{a} {_NAMES.get(a, '')} -> {b}".replace("  ", " ")] = count
 
 
-def fill_unknown_parcel(labels: np.ndarray, unknown: int, stop: int) -> None:
+def _blurred_choice(labels: np.ndarray, where: np.ndarray, parcels: np.ndarray,
+                    box: tuple[slice, ...]) -> np.ndarray:
+    """The winning parcel at the ``where`` voxels of ``box``, from a crop reaching
+    ``_RADIUS`` past the box (clipped at the volume's edge).
+
+    A Gaussian truncated at ``_RADIUS`` is separable, and each 1-D pass sums only
+    neighbours within the radius: values more than ``_RADIUS`` inside the crop's cut
+    faces are bit for bit those of the whole volume, the same numbers summed in the same
+    order. Parcels absent from the crop blur to exactly 0 there, so the lowest parcel,
+    which wins every all-zero tie, stands in for them."""
+    crop = tuple(slice(max(0, s.start - _RADIUS), min(n, s.stop + _RADIUS))
+                 for s, n in zip(box, labels.shape))
+    inner = tuple(slice(s.start - c.start, s.stop - c.start) for s, c in zip(box, crop))
+    region = labels[crop]
+    inside = where[box]
+    best = np.zeros(np.count_nonzero(inside))
+    choice = np.full(best.shape, parcels[0], dtype=labels.dtype)
+    present = np.isin(parcels, np.unique(region))
+    for parcel in parcels[present]:
+        blurred = ndimage.gaussian_filter(1000.0 * (region == parcel), sigma=_SIGMA)
+        values = blurred[inner][inside]
+        # Strictly greater: on a tie the first (lowest) parcel wins, as argmax does.
+        better = values > best
+        best[better] = values[better]
+        choice[better] = parcel
+    return choice
+
+
+def fill_unknown_parcel(labels: np.ndarray, unknown: int, stop: int) -> int:
     """Give each voxel of ``unknown`` (1000 or 2000) the nearest parcel in
-    ``(unknown, stop)``, in place (module docstring); nothing changes without one."""
+    ``(unknown, stop)``, in place (module docstring); return the voxels filled.
+
+    Only the unknown voxels' surroundings are blurred: they are grouped into blocks of
+    ``_BLOCK`` voxels, touching blocks into boxes, and each box is blurred with a margin
+    of the Gaussian's radius (see :func:`_blurred_choice`)."""
     where = labels == unknown
     if not where.any():
-        return
+        return 0
     ring = ndimage.binary_dilation(where, ndimage.generate_binary_structure(3, 2)) & ~where
     parcels = np.unique(labels[ring])
     parcels = parcels[(parcels > unknown) & (parcels < stop)]
     if len(parcels) == 0:
-        return  # left as it is: the lookup then names the value as unknown
-    best = np.full(labels.shape, -np.inf)
-    choice = np.zeros(labels.shape, dtype=labels.dtype)
-    for parcel in parcels:
-        blurred = ndimage.gaussian_filter(1000.0 * (labels == parcel), sigma=5)
-        # Strictly greater: on a tie the first (lowest) parcel wins, as argmax does.
-        better = blurred > best
-        best[better] = blurred[better]
-        choice[better] = parcel
-    labels[where] = choice[where]
+        return 0  # left as it is: the lookup then names the value as unknown
+    coords = np.argwhere(where)
+    grid_shape = tuple(-(-n // _BLOCK) for n in labels.shape)
+    occupied = np.zeros(grid_shape, dtype=bool)
+    occupied[tuple((coords // _BLOCK).T)] = True
+    groups, _ = ndimage.label(occupied, np.ones((3, 3, 3), dtype=bool))
+    boxes = [tuple(slice(g.start * _BLOCK, min(g.stop * _BLOCK, n))
+                   for g, n in zip(group, labels.shape))
+             for group in ndimage.find_objects(groups)]
+    # Every box is blurred from the map before the fill, as the whole-volume blur is:
+    # the choices are written only when all are made.
+    choices = [_blurred_choice(labels, where, parcels, box) for box in boxes]
+    for box, choice in zip(boxes, choices):
+        labels[box][where[box]] = choice
+    return len(coords)
 
 
-def prepare_labels(labels: np.ndarray, processing: str = "aparc",
-                   cortex: str = "fuse") -> np.ndarray:
-    """A copy of FreeSurfer-numbered ``labels`` rewritten by the rules above (int32)."""
+def _callosum_to_white_matter(labels: np.ndarray) -> int:
+    """Each corpus callosum voxel takes the nearer of left and right white matter."""
+    callosum = np.isin(labels, CORPUS_CALLOSUM)
+    count = int(np.count_nonzero(callosum))
+    white = np.isin(labels, WHITE_MATTER)
+    if not count or not white.any():
+        return 0  # nothing to take from: the lookup names the values as unknown
+    # The distance transform works on a box around the callosum with room for the
+    # white matter beside it, not on the whole volume.
+    lo = np.maximum(np.argwhere(callosum).min(axis=0) - 16, 0)
+    hi = np.argwhere(callosum).max(axis=0) + 17
+    box = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))
+    if not white[box].any():
+        box = (slice(None),) * labels.ndim
+    _, nearest = ndimage.distance_transform_edt(~white[box], return_indices=True)
+    region = labels[box]
+    picked = region[tuple(nearest)]
+    region[callosum[box]] = picked[callosum[box]]
+    return count
+
+
+def prepare_labels(labels: np.ndarray, processing: str = "aparc", cortex: str = "fuse",
+                   known: np.ndarray | None = None) -> Prepared:
+    """FreeSurfer-numbered ``labels`` rewritten by the rules above, as a copy (int32).
+
+    ``known`` are the values the class table lists: a Desikan parcel or a callosum value
+    it lists keeps its own class. None applies both rules."""
     if processing not in PROCESSING:
         raise ValueError(f"processing {processing!r} is unknown; choose one of {PROCESSING}")
     if cortex not in CORTEX:
         raise ValueError(f"cortex {cortex!r} is unknown; choose one of {CORTEX}")
     out = np.array(labels, dtype=np.int32, copy=True)
+    result = Prepared(out)
+    if processing == "none":
+        return result
+    listed = set() if known is None else {int(v) for v in np.asarray(known).ravel()}
+    moved = result.moved
+    if not listed & set(CORPUS_CALLOSUM):
+        filled = _callosum_to_white_matter(out)
+        if filled:
+            moved["251-255 corpus callosum -> nearer white matter (2/41)"] = filled
     if processing == "aseg":
-        _rewrite(out, _ASEG_REWRITES)
-    elif processing == "aparc":
-        _rewrite(out, _APARC_REWRITES)
-        fill_unknown_parcel(out, 1000, 2000)
-        fill_unknown_parcel(out, 2000, 3000)
-        if cortex == "fuse":
-            right = (out >= 2000) & (out <= 2999) & ~np.isin(out, KEPT_RIGHT)
-            out[right] -= 1000
-    return out
+        _rewrite(out, _ASEG_REWRITES, moved)
+        return result
+    lost = [side for side, cortex_value, lo in (("left", 3, 1000), ("right", 42, 2000))
+            if (out == cortex_value).any() and not ((out >= lo) & (out < lo + 1000)).any()]
+    result.cortex_lost = tuple(lost)
+    unknown_before = {u: int(np.count_nonzero(out == u)) for u in (1000, 2000)}
+    before_fill = out.copy() if cortex == "fuse" else None
+    for value in (v for v in DESIKAN_ONLY if v not in listed):
+        mask = out == value
+        count = int(np.count_nonzero(mask))
+        if count:
+            out[mask] = 1000 if value < 2000 else 2000
+            moved[f"{value} Desikan-only parcel -> nearest DKT parcel"] = count
+    _rewrite(out, _APARC_REWRITES, moved)
+    for unknown in (1000, 2000):
+        if fill_unknown_parcel(out, unknown, unknown + 1000) and unknown_before[unknown]:
+            moved[f"{unknown} {_NAMES[unknown]} -> nearest parcel"] = unknown_before[unknown]
+    if cortex in ("fuse", "fuse_after_fill"):
+        decides = before_fill if cortex == "fuse" else out
+        kept = np.isin(decides, KEPT_RIGHT)
+        crossed = int(np.count_nonzero(np.isin(out, KEPT_RIGHT) & ~kept))
+        if crossed:
+            moved["2000 filled with a kept right parcel -> its left class "
+                  "(FastSurfer's rule)"] = crossed
+        right = (out >= 2000) & (out <= 2999) & ~kept
+        out[right] -= 1000
+    return result

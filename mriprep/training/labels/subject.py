@@ -1,9 +1,10 @@
 """One subject as FastSurfer's training data: classes, weights and thick slices of a view.
 
-:func:`derive` turns a cached (image, FreeSurfer labels) pair into the class map and
+:func:`derive` turns a (image, FreeSurfer labels) pair in memory into the class map and
 weight map of one view, both in the cache's voxel order; :func:`slices_of` cuts them into
-what FastSurfer's HDF5 holds per slice. The HDF5 export and the thick-slice dataset both
-use these two, so they cannot disagree.
+what FastSurfer's HDF5 holds per slice. :func:`stored_slices` does the same from the
+classes a cache keeps (:mod:`.derived`), which the HDF5 export and the thick-slice items
+of ``MRIDataset`` both read, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mriprep.training.labels.derived import EntrySummary
 from mriprep.training.labels.slices import as_view, kept_slices, thick_slices, view_zoom
 from mriprep.training.labels.table import LabelTable
 from mriprep.training.labels.weights import (
@@ -19,6 +21,7 @@ from mriprep.training.labels.weights import (
     cortex_threshold,
     region_factors_for,
     weight_map,
+    weights_from_counts,
 )
 
 
@@ -75,3 +78,32 @@ def slices_of(image: np.ndarray, derived: Derived, spacing, view: str, thickness
         thickness=thickness,
         unknown_voxels=derived.unknown_voxels,
     )
+
+
+def stored_slices(image: np.ndarray, classes: np.ndarray, summary: EntrySummary,
+                  table: LabelTable, spacing, view: str,
+                  options: WeightOptions = WeightOptions(), thickness: int = 3,
+                  blt: float = 50) -> SubjectSlices:
+    """:func:`slices_of` for stored classes (already in ``view``'s order) and their
+    summary: the weights from the whole volume's class counts, as :func:`derive`'s."""
+    keep = np.flatnonzero(summary.slice_sums[view] > blt)
+    weights = weight_map(np.asarray(classes), table.num_classes(view), options,
+                         ctx_thresh=cortex_threshold(table, view),
+                         region_factors=region_factors_for(table, view,
+                                                           options.region_weights),
+                         class_weight=summary_class_weights(summary, view, options))
+    return SubjectSlices(
+        image=np.ascontiguousarray(as_view(image, view)),
+        classes=np.ascontiguousarray(classes[keep]),
+        weights=np.ascontiguousarray(weights[keep]),
+        zoom=view_zoom(spacing, view),
+        index=keep.astype(np.int32),
+        thickness=thickness,
+        unknown_voxels=summary.unknown_voxels,
+    )
+
+
+def summary_class_weights(summary: EntrySummary, view: str,
+                          options: WeightOptions) -> np.ndarray:
+    """The class weights of :func:`.weights.class_weights` from a summary's counts."""
+    return weights_from_counts(summary.class_counts[view], options.max_weight)

@@ -22,7 +22,7 @@ permutation of a left-right mirror (for augmentation).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from mriprep.core.errors import InputError
 from mriprep.core.hashing import hash_json
-from mriprep.training.labels.aparc import prepare_labels
+from mriprep.training.labels.aparc import Prepared, prepare_labels
 from mriprep.training.labels.lut import Lut, read_lut
 
 VIEWS = ("axial", "coronal", "sagittal")
@@ -40,11 +40,13 @@ DKT_TABLE = "fastsurfer_dkt.tsv"
 
 @dataclass
 class Mapped:
-    """A label map as classes of one view, and how many voxels had no class."""
+    """A label map as classes of one view, how many voxels had no class, and what the
+    rules before the lookup rewrote (rule -> voxels, :attr:`.aparc.Prepared.moved`)."""
 
     classes: np.ndarray   # uint8 (int16 past 255 classes)
     unknown_voxels: int
     unknown_values: tuple[int, ...]
+    moved: dict[str, int] = field(default_factory=dict)
 
 
 class LabelTable:
@@ -130,35 +132,56 @@ class LabelTable:
         Raises
         ------
         InputError
-            ``unknown="error"`` and the map holds values the table does not list (named
-            with the subject).
+            The map holds negative values, or cortex without parcels that the rules
+            would send to background, or (``unknown="error"``) values the table does
+            not list; each named with the subject.
         """
-        prepared = prepare_labels(labels, self.processing, self.cortex)
-        if prepared.size and prepared.min() < 0:
-            raise InputError(f"{'subject ' + subject + ': ' if subject else ''}label map "
-                             f"holds negative values (e.g. {int(prepared.min())}); FreeSurfer "
-                             "labels are >= 0")
-        top = max(int(prepared.max(initial=0)), int(self.ids.max())) + 1
+        return self.lookup(self.prepare(labels, subject), view, subject)
+
+    def prepare(self, labels: np.ndarray, subject: str = "") -> Prepared:
+        """The rules before the lookup (:func:`~.aparc.prepare_labels`), the same for
+        every view: map several views of one subject from one :class:`Prepared`."""
+        who = f"subject {subject}: " if subject else ""
+        labels = np.asarray(labels)
+        if labels.size and labels.min() < 0:
+            raise InputError(f"{who}label map holds negative values (e.g. "
+                             f"{int(labels.min())}); FreeSurfer labels are >= 0")
+        result = prepare_labels(labels, self.processing, self.cortex, known=self.ids)
+        if result.cortex_lost:
+            raise InputError(
+                f"{who}the label map has {' and '.join(result.cortex_lost)} cerebral "
+                "cortex (3/42) but no cortical parcel (1000-2999), and the "
+                f"{self.processing!r} rules would send all of it to background. It looks "
+                "like aseg.mgz: use a segmentation with parcels (aparc.DKTatlas+aseg or "
+                "aparc+aseg; `mriprep manifest from-freesurfer --seg`), or train an "
+                "aseg table with processing='aseg' (--processing aseg)")
+        return result
+
+    def lookup(self, prepared: Prepared, view: str = "axial", subject: str = "") -> Mapped:
+        """Classes of ``view`` for a map :meth:`prepare` made ready."""
+        who = f"subject {subject}: " if subject else ""
+        values = prepared.labels
+        top = max(int(values.max(initial=0)), int(self.ids.max())) + 1
         # One lookup array over the value range (FreeSurfer's end below 15000): a gather
         # per voxel, no sort of the volume.
         row_of = np.full(top, -1, dtype=np.int64)
         row_of[self.ids] = np.arange(len(self.ids))
-        counts = np.bincount(prepared.ravel(), minlength=top)
+        counts = np.bincount(values.ravel(), minlength=top)
         missing = tuple(int(v) for v in np.flatnonzero((counts > 0) & (row_of < 0)))
         unknown_voxels = int(counts[list(missing)].sum()) if missing else 0
         if missing and self.unknown == "error":
-            who = f"subject {subject}: " if subject else ""
             raise InputError(
                 f"{who}label values {list(missing)} ({unknown_voxels} voxels) are not "
                 f"in the label table {self.lut.source or '(in memory)'}; add them to "
-                "the table, or map them to background with unknown='background' "
-                "(--unknown background)")
+                "the table, or count them as background: LabelTable(..., "
+                "unknown='background') in Python, --unknown background on the command "
+                "line")
         lookup = np.where(row_of < 0, 0, row_of)
         if _view(view) == "sagittal":
             lookup = np.where(row_of < 0, 0, self.sagittal_of_class[lookup])
         dtype = np.uint8 if self.num_classes(view) <= 256 else np.int16
-        out = lookup.astype(dtype)[prepared]
-        return Mapped(out, unknown_voxels, missing)
+        out = lookup.astype(dtype)[values]
+        return Mapped(out, unknown_voxels, missing, dict(prepared.moved))
 
     def to_freesurfer(self, classes: np.ndarray, view: str = "axial") -> np.ndarray:
         """FreeSurfer values (int32) of a prediction's classes of ``view``."""

@@ -43,9 +43,15 @@ class WeightOptions:
 
 def class_weights(classes: np.ndarray, num_classes: int, max_weight: float) -> np.ndarray:
     """Median-frequency weight of every class (0 for a class that is absent)."""
-    counts = np.bincount(classes.ravel(), minlength=num_classes).astype(np.float64)
+    return weights_from_counts(np.bincount(classes.ravel(), minlength=num_classes),
+                               max_weight)
+
+
+def weights_from_counts(counts: np.ndarray, max_weight: float) -> np.ndarray:
+    """:func:`class_weights` from the voxels per class."""
+    counts = np.asarray(counts).astype(np.float64)
     present = counts > 0
-    weights = np.zeros(num_classes, dtype=np.float64)
+    weights = np.zeros(len(counts), dtype=np.float64)
     weights[present] = np.median(counts[present]) / counts[present]
     return np.minimum(weights, max_weight)
 
@@ -77,15 +83,19 @@ def cortex_border(classes: np.ndarray, ctx_thresh: int) -> np.ndarray:
 
 
 def weight_map(classes: np.ndarray, num_classes: int, options: WeightOptions = WeightOptions(),
-               *, ctx_thresh: int = 33, region_factors: dict[int, float] | None = None
-               ) -> np.ndarray:
+               *, ctx_thresh: int = 33, region_factors: dict[int, float] | None = None,
+               class_weight: np.ndarray | None = None) -> np.ndarray:
     """The weight map of a 3D class map (module docstring); float64.
 
     ``region_factors`` maps a class to its factor (resolve names with
-    :func:`region_factors_for`); ``ctx_thresh`` is the last non-cortical class.
+    :func:`region_factors_for`); ``ctx_thresh`` is the last non-cortical class;
+    ``class_weight`` gives the class weights when ``classes`` is a part of the volume
+    they are counted over (default: counted over ``classes``).
     """
     classes = np.asarray(classes)
-    weights = class_weights(classes, num_classes, options.max_weight)[classes]
+    if class_weight is None:
+        class_weight = class_weights(classes, num_classes, options.max_weight)
+    weights = class_weight[classes]
     if options.gradient:
         weights += options.edge_weight * edge_mask(classes)
     if options.hires_weight is not None:
@@ -95,6 +105,38 @@ def weight_map(classes: np.ndarray, num_classes: int, options: WeightOptions = W
     for cls, factor in (region_factors or {}).items():
         weights[classes == cls] *= factor
     return weights
+
+
+def slab_weights(classes: np.ndarray, index: int, class_weight: np.ndarray,
+                 options: WeightOptions = WeightOptions(), *, ctx_thresh: int = 33,
+                 region_factors: dict[int, float] | None = None) -> np.ndarray:
+    """The weights of slice ``index`` (axis 0) of a 3D class map, equal to that slice of
+    :func:`weight_map` over the whole map, from the few slices around it.
+
+    Every part of the weight looks at most one voxel away (edges), or two (the hires
+    closing: a dilation, then an erosion), so a slab of that margin on each side gives
+    the middle slice exactly; at the volume's edge the slab ends where the volume does.
+    ``class_weight`` comes from the whole volume's counts (:func:`class_weights`)."""
+    if options.hires_weight is None:
+        # FastSurfer's default weights need the slice and its two neighbours only.
+        middle = np.asarray(classes[index])
+        weights = class_weight[middle]
+        if options.gradient:
+            edge = edge_mask(middle)  # in the plane: the same differences as in 3D
+            depth = len(classes)
+            if depth > 1:
+                before, after = max(index - 1, 0), min(index + 1, depth - 1)
+                edge |= np.asarray(classes[after]) != np.asarray(classes[before])
+            weights = weights + options.edge_weight * edge
+        for cls, factor in (region_factors or {}).items():
+            weights[middle == cls] *= factor
+        return weights
+    margin = 2
+    first, stop = max(index - margin, 0), min(index + margin + 1, len(classes))
+    slab = np.asarray(classes[first:stop])
+    weights = weight_map(slab, len(class_weight), options, ctx_thresh=ctx_thresh,
+                         region_factors=region_factors, class_weight=class_weight)
+    return weights[index - first]
 
 
 def region_factors_for(table, view: str, region_weights: dict[str, float]) -> dict[int, float]:
