@@ -75,6 +75,9 @@ _PARAMETER_FLAGS = {
     "native_path=": "--native ",
     "labels_desc=": "--labels-desc ",
     "labels=": "--labels ",
+    "seg=": "--seg ",
+    "absent_classes=": "--absent-classes ",
+    "derived_dir=": "--derived-dir ",
     "folds=": "--folds ",
     "reassign=True": "--reassign",
 }

@@ -43,14 +43,23 @@ Label maps are optional: ``labels="NAME"`` pairs images with label maps under
   without ``desc-``); an image without that one is then reported as unlabelled.
 - FastSurfer / FreeSurfer subject folders, used when no dseg matches: ``<sub>_<ses>``,
   ``<sub>`` or ``<entities>`` (``sub-01_ses-1``, ``sub-01``, ``sub-01_run-2``) holding
-  ``mri/aparc.DKTatlas+aseg.deep.mgz`` (FastSurfer's segmentation, preferred) or
-  ``mri/aseg.mgz`` (FreeSurfer's). Both lie on the conformed grid (1 mm, 256^3, LIA), not
-  on the T1w's grid, and a label map must lie on its image's exact grid (see
+  ``mri/orig.mgz`` and a segmentation, chosen by ``seg`` (``--seg``) with the rule of
+  :func:`mriprep.inputs.freesurfer.choose_segmentation`: by default
+  ``aparc.DKTatlas+aseg.deep.mgz`` (FastSurfer's), else ``aparc.DKTatlas+aseg.mgz``, else
+  ``aparc+aseg.mgz`` (Desikan, mapped to DKT at training), never ``aseg.mgz`` (no cortical
+  parcels); ``seg="aseg"``, ``"aparc+aseg"``, ``"aparc.DKTatlas+aseg"`` or a file name of
+  ``mri/`` choose instead. These lie on the conformed grid (1 mm, 256^3, LIA), not on the
+  T1w's grid, and a label map must lie on its image's exact grid (see
   :func:`mriprep.inputs.labels.check_same_grid`): paired with the T1w, every such row
   would fail validation and preprocessing. So the row's image is that folder's
   ``mri/orig.mgz``, the conformed T1w the segmentation was computed on, the very pair
-  FastSurfer trains on; ``bids_entities`` still names the source T1w. A folder that two
-  images would share is refused (its orig.mgz is one image).
+  FastSurfer trains on; ``bids_entities`` still names the source T1w, and a
+  ``segmentation`` column names the chosen file (empty on the other rows). A folder that
+  two images would share is refused (its orig.mgz is one image); so is a folder with a
+  segmentation but no ``mri/orig.mgz`` (an error: a partial copy). A folder whose
+  segmentation the choice refuses (``aseg.mgz`` only, by default) leaves its image
+  without a label map, with a warning giving the reason and the fix. ``seg`` does not
+  apply to BIDS ``*_dseg`` files.
 
 A ``derivatives/NAME`` that is missing or holds no label map at all, or whose label maps
 match no image, is an :class:`InputError`; some images without a label map while others
@@ -70,13 +79,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mriprep.core.errors import InputError
+from mriprep.inputs.freesurfer import (
+    CONFORMED_IMAGE,
+    DEFAULT_SEG,
+    SEGMENTATION_COLUMN,
+    FreeSurferSubject,
+    group_refusals,
+    segmentation_files,
+    subject_segmentation,
+)
 from mriprep.inputs.manifest import KNOWN_COLUMNS, ManifestRow
 
 IMAGE_EXTENSIONS = (".nii.gz", ".nii")
 DEFAULT_DESC = "aseg"
-# In order of preference: FastSurfer's network output first, it is what its models learn.
-FREESURFER_LABELS = ("aparc.DKTatlas+aseg.deep.mgz", "aseg.mgz")
-CONFORMED_IMAGE = "orig.mgz"
 DESCRIPTION_FIELDS = ("Name", "BIDSVersion")
 _DESCRIPTION_FIX = (
     'it must be a JSON object with at least "Name" and "BIDSVersion", e.g. '
@@ -108,6 +123,7 @@ def manifest_from_bids(
     bids_root: str | os.PathLike,
     labels: str | None = None,
     labels_desc: str | None = None,
+    seg: str | None = None,
 ) -> list[ManifestRow]:
     """Manifest rows for every T1w image of a BIDS dataset.
 
@@ -121,36 +137,49 @@ def manifest_from_bids(
     labels_desc : str, optional
         The ``desc-`` value of the dseg to take (``""``: the one without ``desc-``);
         by default the only match, else ``desc-aseg``.
+    seg : str, optional
+        Which segmentation of a FastSurfer/FreeSurfer subject folder is the label map:
+        ``"auto"`` (None: FastSurfer's DKT, else DKT, else Desikan; never ``aseg.mgz``),
+        ``"aparc.DKTatlas+aseg"``, ``"aparc+aseg"``, ``"aseg"`` or a file name in
+        ``mri/`` (:mod:`mriprep.inputs.freesurfer`). Not used for BIDS dseg files.
 
     Returns
     -------
     list of ManifestRow
         Sorted by image path; absolute paths; ``split`` empty; ``row`` numbered as they
-        would be written (header = 1). Metadata as described in the module docstring.
+        would be written (header = 1). Metadata as described in the module docstring;
+        ``segmentation`` only when a FastSurfer/FreeSurfer folder gave a label map.
 
     Raises
     ------
     InputError
         The folder does not exist, has no ``sub-*`` folders, no valid
         ``dataset_description.json`` or no T1w image; ``participants.tsv`` is malformed;
-        the ``labels`` folder is missing, holds no label map, or none matches an image.
+        the ``labels`` folder is missing, holds no label map, or none matches an image;
+        ``seg`` is not a valid choice; a FastSurfer/FreeSurfer folder lacks ``orig.mgz``.
 
     Warns
     -----
     UserWarning
-        Images left without a label map while others have one; subjects that
-        ``participants.tsv`` does not list.
+        Images left without a label map while others have one (with the reason when
+        their FastSurfer/FreeSurfer folder's segmentation is refused); subjects that
+        ``participants.tsv`` does not list; ``seg`` given for a folder without
+        FastSurfer/FreeSurfer subject folders.
     """
-    if labels_desc is not None and not labels:
-        raise InputError(
-            f"labels_desc={labels_desc!r} is given without labels=NAME: name the "
-            "derivatives folder too"
-        )
+    for name, value in (("labels_desc", labels_desc), ("seg", seg)):
+        if value is not None and not labels:
+            raise InputError(
+                f"{name}={value!r} is given without labels=NAME: name the derivatives "
+                "folder too"
+            )
+    segmentation_files(DEFAULT_SEG if seg is None else seg)  # refuse a bad choice first
     root = _dataset_root(bids_root)
     scans = _t1w_scans(root)
-    pairs = _pair_labels(root, labels, labels_desc, scans) if labels else {}
+    pairs = _pair_labels(root, labels, labels_desc, seg, scans) if labels else {}
     entity_columns = list(dict.fromkeys(k for s in scans for k in s.pairs if k != "sub"))
-    taken = set(KNOWN_COLUMNS) | {"bids_entities", *entity_columns}
+    # Which file of a FastSurfer/FreeSurfer folder is the label: a column only when used.
+    seg_columns = [SEGMENTATION_COLUMN] if any(p[2] for p in pairs.values()) else []
+    taken = set(KNOWN_COLUMNS) | {"bids_entities", *entity_columns, *seg_columns}
     participants = _participants(root, taken, sorted({s.subject for s in scans}))
     per_scan = Counter((s.subject, s.session) for s in scans)
     rows = []
@@ -159,9 +188,10 @@ def manifest_from_bids(
         if per_scan[(scan.subject, scan.session)] > 1:
             # Several T1w in one session: the entities after sub- tell them apart.
             session = scan.entities.split("_", 1)[1] if "_" in scan.entities else ""
-        image, label = pairs.get(scan.image, (scan.image, None))
+        image, label, segmentation = pairs.get(scan.image, (scan.image, None, ""))
         metadata = {"bids_entities": scan.entities}
         metadata.update({k: scan.pairs.get(k, "") for k in entity_columns})
+        metadata.update(dict.fromkeys(seg_columns, segmentation))
         metadata.update(participants.get(scan.subject, {}))
         rows.append(
             ManifestRow(
@@ -319,9 +349,11 @@ def _participants(
 
 
 def _pair_labels(
-    root: Path, name: str, desc: str | None, scans: list[_Scan]
-) -> dict[Path, tuple[Path, Path]]:
-    """``{T1w path: (image, label)}`` for every scan that has a label map."""
+    root: Path, name: str, desc: str | None, seg: str | None, scans: list[_Scan]
+) -> dict[Path, tuple[Path, Path, str]]:
+    """``{T1w path: (image, label, segmentation)}`` for every scan that has a label map;
+    ``segmentation`` is the chosen file's name for a FastSurfer/FreeSurfer folder, else
+    ``""``."""
     folder = root / "derivatives" / name
     if not folder.is_dir():
         present = sorted(p.name for p in (root / "derivatives").glob("*") if p.is_dir())
@@ -334,31 +366,45 @@ def _pair_labels(
             f"labels={name!r}: label folder {folder} does not exist ({holds}); name the "
             "folder of derivatives/ that holds the label maps"
         )
+    choice = DEFAULT_SEG if seg is None else seg
     dsegs = _dseg_files(folder)
-    subject_dirs = _freesurfer_subjects(folder)
+    subject_dirs = _freesurfer_subjects(folder, choice)
     if not dsegs and not subject_dirs:
+        looked = segmentation_files(choice)
         raise InputError(
             f"labels={name!r}: {folder} holds no label map: looked for BIDS derivatives "
             "sub-*/[ses-*/]anat/*_dseg.nii[.gz] and FastSurfer/FreeSurfer subject folders "
-            f"<subject>/mri/{' or mri/'.join(FREESURFER_LABELS)}"
+            f"<subject>/mri/{' or mri/'.join(looked)} beside mri/{CONFORMED_IMAGE}"
         )
-    pairs: dict[Path, tuple[Path, Path]] = {}
+    if seg is not None and not subject_dirs:
+        warnings.warn(
+            f"seg={seg!r} chooses among the files of FastSurfer/FreeSurfer subject folders, "
+            f"and {folder} holds none (only BIDS dseg files): it is not used",
+            stacklevel=3,
+        )
+    pairs: dict[Path, tuple[Path, Path, str]] = {}
     claimed: dict[Path, list[str]] = {}
     unlabelled = []
+    refused: dict[str, str] = {}
     for scan in scans:
         key = (scan.image.parent.relative_to(root), frozenset(scan.pairs.items()))
         candidates = dsegs.get(key, [])
+        subject = None if candidates else _freesurfer_subject(scan, subject_dirs)
         if candidates:
             label = _choose_dseg(scan, candidates, desc)
-            pair = (scan.image, label) if label else None
-        else:
-            pair = _freesurfer_pair(scan, subject_dirs)
-            if pair:
-                claimed.setdefault(pair[0], []).append(scan.entities)
-        if pair:
-            pairs[scan.image] = pair
-        else:
+            if label:
+                pairs[scan.image] = (scan.image, label, "")
+            else:
+                unlabelled.append(scan.entities)
+        elif subject is None:
             unlabelled.append(scan.entities)
+        else:
+            # Shared or not is a matter of names, whatever the segmentation choice.
+            claimed.setdefault(subject.image, []).append(scan.entities)
+            if subject.label is None:
+                refused[f"{scan.entities} ({subject.folder})"] = subject.refusal
+            else:
+                pairs[scan.image] = (subject.image, subject.label, subject.label.name)
     shared = {image: names for image, names in claimed.items() if len(names) > 1}
     if shared:
         image, names = next(iter(shared.items()))
@@ -367,10 +413,22 @@ def _pair_labels(
             f"({', '.join(names)}), but its {CONFORMED_IMAGE} is one image; name each "
             f"FastSurfer/FreeSurfer subject folder after its image's entities ({names[0]}/, ...)"
         )
+    reasons = "\n".join(f"  - {line}" for line in group_refusals(refused))
+    if not pairs and refused:
+        raise InputError(
+            f"labels={name!r}: no image could be paired with a label map in {folder}: the "
+            f"segmentation of every matching FastSurfer/FreeSurfer folder is refused:\n{reasons}"
+        )
     if not pairs:
         raise InputError(
             f"labels={name!r}: none of the label maps in {folder} matches a T1w image; "
-            f"expected for {scans[0].image.name}: {_expected(root, folder, scans[0])}"
+            f"expected for {scans[0].image.name}: {_expected(root, folder, choice, scans[0])}"
+        )
+    for line in group_refusals(refused):
+        warnings.warn(
+            "image(s) written without a label map, the segmentation of their "
+            f"FastSurfer/FreeSurfer folder refused: {line}",
+            stacklevel=3,
         )
     if unlabelled:
         warnings.warn(
@@ -433,39 +491,37 @@ def _choose_dseg(
     )
 
 
-def _freesurfer_subjects(folder: Path) -> dict[str, Path]:
-    """``{folder name: label map}`` for every FastSurfer/FreeSurfer subject folder."""
+def _freesurfer_subjects(folder: Path, seg: str) -> dict[str, FreeSurferSubject]:
+    """``{folder name: its segmentation or refusal}`` for every FastSurfer/FreeSurfer
+    subject folder (one with ``mri/orig.mgz`` or a segmentation)."""
     found = {}
     for subject_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
-        for name in FREESURFER_LABELS:
-            label = subject_dir / "mri" / name
-            if label.is_file():
-                found[subject_dir.name] = label
-                break
+        subject = subject_segmentation(subject_dir, seg)
+        if subject is not None:
+            found[subject_dir.name] = subject
     return found
 
 
-def _freesurfer_pair(scan: _Scan, subject_dirs: dict[str, Path]) -> tuple[Path, Path] | None:
+def _freesurfer_subject(
+    scan: _Scan, subject_dirs: dict[str, FreeSurferSubject]
+) -> FreeSurferSubject | None:
     names = [scan.entities, f"{scan.subject}_{scan.session}" if scan.session else "", scan.subject]
     for name in filter(None, names):
         if name in subject_dirs:
-            label = subject_dirs[name]
-            image = label.parent / CONFORMED_IMAGE
-            if not image.is_file():
-                raise InputError(
-                    f"{label} has no {image.name} beside it: it is the conformed image the "
-                    "label map lies on, and the row's image (the T1w is on another grid); "
-                    "copy the subject's whole mri/ folder"
-                )
-            return image, label
+            subject = subject_dirs[name]
+            if not subject.has_image:
+                # A partial copy, not a choice the user can make: an error, as before.
+                raise InputError(f"{subject.folder}/{subject.refusal}")
+            return subject
     return None
 
 
-def _expected(root: Path, folder: Path, scan: _Scan) -> str:
+def _expected(root: Path, folder: Path, seg: str, scan: _Scan) -> str:
     relative = scan.image.parent.relative_to(root)
     dseg = folder / relative / f"{scan.entities}_desc-{DEFAULT_DESC}_dseg.nii.gz"
     session = f"{scan.subject}_{scan.session}" if scan.session else scan.subject
-    fastsurfer = folder / session / "mri" / FREESURFER_LABELS[0]
+    looked = segmentation_files(seg)[0]
+    fastsurfer = folder / session / "mri" / looked
     return f"{dseg} or {fastsurfer}"
 
 

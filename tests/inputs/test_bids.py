@@ -316,11 +316,14 @@ def test_fastsurfer_and_freesurfer_folders_pair_orig_mgz(cohort, tmp_path, capsy
     fastsurfer = cohort / "derivatives/fastsurfer"
     deep = _freesurfer_subject(fastsurfer / "sub-01", "aparc.DKTatlas+aseg.deep.mgz")
     _tiny(fastsurfer / "sub-01/mri/aseg.mgz", affine=CONFORMED, label=True)  # full pipeline
-    aseg = _freesurfer_subject(fastsurfer / "sub-03_ses-1", "aseg.mgz")  # FreeSurfer
+    # FreeSurfer: aparc+aseg.mgz (Desikan) is taken, never aseg.mgz (no cortical parcels).
+    desikan = _freesurfer_subject(fastsurfer / "sub-03_ses-1", "aparc+aseg.mgz")
+    _tiny(fastsurfer / "sub-03_ses-1/mri/aseg.mgz", affine=CONFORMED, label=True)
     with pytest.warns(UserWarning, match="4 of 6"):
         rows = manifest_from_bids(cohort, labels="fastsurfer")
     assert rows[0].label == deep and rows[0].image == fastsurfer / "sub-01/mri/orig.mgz"
-    assert rows[2].label == aseg and rows[2].image == fastsurfer / "sub-03_ses-1/mri/orig.mgz"
+    assert rows[2].label == desikan
+    assert rows[2].image == fastsurfer / "sub-03_ses-1/mri/orig.mgz"
     assert rows[2].metadata["bids_entities"] == "sub-03_ses-1"  # the source T1w
     assert rows[1].image == cohort / COHORT[1] and rows[1].label is None
     # Why orig.mgz: the label map is not on the T1w's grid, so that pair would be refused.
