@@ -15,6 +15,10 @@ Tensor pass (:mod:`mriprep.check.entries`: every file read once, in chunks)
     ``meta-missing``, ``meta-mismatch``.
 Label values (:mod:`mriprep.check.labels`)
     ``label-values``, ``labels-unchecked`` (warning).
+Label maps against a label table (with ``label_table=``; :mod:`mriprep.check.label_table`,
+in place of the label values)
+    ``lut-unknown-values``, ``lut-unknown-background`` (warning), ``lut-cortex-lost``,
+    ``lut-absent-classes``, ``lut-absent-allowed`` (warning), ``lut-rewrites`` (info).
 Index checks (pure, on the index entries; :mod:`mriprep.check.index`)
     ``index-unreadable``, ``empty-cache``, ``index-entry-unsafe`` (an entry that would
     lead outside the cache: never followed), ``index-malformed``, ``geometry``,
@@ -34,7 +38,8 @@ Manifest checks (with ``manifest=``; :mod:`mriprep.check.manifest`)
     ``manifest-missing``, ``manifest-failed``, ``manifest-split-mismatch``,
     ``manifest-excluded`` (warning), ``not-in-manifest`` (warning).
 
-Errors make :attr:`CheckReport.ok` false; warnings are reported but do not fail the gate.
+Errors make :attr:`CheckReport.ok` false; warnings and infos are reported but do not fail
+the gate.
 
 One person's anatomy under two ids is found on identity fingerprints made during the
 tensor pass (:mod:`mriprep.splits.identity`: 32^3 block means of each image, the blocks
@@ -68,6 +73,7 @@ from mriprep.cache.run_report import read_latest_run_report
 from mriprep.check.entries import scan_entries
 from mriprep.check.headers import check_headers
 from mriprep.check.index import check_geometry, check_index, well_formed_entries
+from mriprep.check.label_table import ABSENT_CLASSES, ClassTable, check_label_table
 from mriprep.check.labels import check_labels
 from mriprep.check.quality import check_quality
 from mriprep.check.manifest import check_against_manifest, manifest_name, manifest_rows
@@ -89,6 +95,9 @@ def check_cache(
     progress: Callable[[int, int], None] | None = None,
     exclusions: Iterable[str] = (),
     dtype: Any = "float16",
+    label_table: ClassTable | None = None,
+    absent_classes: str = "error",
+    label_progress: Callable[[int, int], None] | None = None,
 ) -> CheckReport:
     """Check a cache for everything that would make training fail or mislead.
 
@@ -100,7 +109,8 @@ def check_cache(
         Check that every manifest row is cached, or listed as failed (with its reason) in
         the run report ``CACHE/reports/latest.json``, and in the manifest's split.
     allowed_labels : iterable of int, optional
-        Allowed label values; overrides the set recorded with each entry.
+        Allowed label values; overrides the set recorded with each entry. Not with
+        ``label_table``.
     near_duplicate_threshold : float
         Correlation of centred fingerprints from which two subjects' images are reported
         as near-duplicates (warnings).
@@ -120,6 +130,15 @@ def check_cache(
         ``extreme-values`` error, a share of nonzero values above
         :data:`~mriprep.check.tensors.CAST_UNDERFLOW_SHARE` below its smallest normal
         number a ``cast-underflow`` warning. float32: no cast check.
+    label_table : LabelTable, optional
+        Judge the label maps with the table training will use
+        (:class:`mriprep.training.labels.LabelTable`: its rules, and its ``unknown``
+        policy), in place of the label values check (:mod:`mriprep.check.label_table`).
+    absent_classes : {"error", "allow"}
+        With ``label_table``: a class no label map of a split holds is an error, or
+        (``"allow"``) a warning; as ``MRIDataset(absent_classes=...)``.
+    label_progress : callable, optional
+        Called as ``progress(done, total)`` after each label map the table judged.
 
     Returns
     -------
@@ -132,10 +151,17 @@ def check_cache(
         When ``cache_dir`` is not a folder or not an mriprep cache (a usage error, not a
         finding).
     ValueError
-        When ``dtype`` is not one of the choices.
+        When ``dtype`` or ``absent_classes`` is not one of the choices, or both
+        ``allowed_labels`` and ``label_table`` are given.
     """
     started = time.perf_counter()
     cast = cast_limits(dtype)
+    if absent_classes not in ABSENT_CLASSES:
+        raise ValueError(f"absent_classes={absent_classes!r}; choose one of {ABSENT_CLASSES}")
+    if allowed_labels is not None and label_table is not None:
+        raise ValueError(
+            "allowed_labels= and label_table= both judge the label values; give one: "
+            "with a label table its values after its rules are the allowed set")
     root = _cache_root(cache_dir)
     cache = Cache(root)
     report = CheckReport(cache=str(root), dtype=cast.name)
@@ -154,7 +180,12 @@ def check_cache(
         near_duplicate_method,
         report.near_duplicate_search,
     )
-    report.findings += check_labels(index, scans, allowed_labels)
+    if label_table is None:
+        report.findings += check_labels(index, scans, allowed_labels)
+    else:
+        found, report.label_table = check_label_table(
+            cache, index, scans, label_table, absent_classes, workers, label_progress)
+        report.findings += found
     report.findings += check_headers(index, {k: s.meta for k, s in scans.items()})
     if index:
         report.findings += check_quality(root, index)

@@ -3,7 +3,8 @@
 :func:`render_report` gives a header (entries, splits, pipeline hashes, the training
 dtype the images' cast was checked for, read speed, the near-duplicate search), a table
 of the splits, the findings grouped by severity and code (errors first, at most
-:data:`MAX_FINDINGS_PER_CODE` of each code, the rest counted), and the verdict. The
+:data:`MAX_FINDINGS_PER_CODE` of each code, the rest counted; then warnings, then infos),
+and the verdict. The
 report's full form for machines is :meth:`~mriprep.check.report.CheckReport.to_json`.
 """
 
@@ -16,6 +17,7 @@ from mriprep.core.findings import Severity
 from mriprep.core.limits import CAST_LIMITS
 
 MAX_FINDINGS_PER_CODE = 20
+_SEVERITY_ORDER = (Severity.ERROR, Severity.WARNING, Severity.INFO)
 
 
 def render_report(report: CheckReport, command: str = "mriprep check") -> str:
@@ -39,6 +41,8 @@ def render_report(report: CheckReport, command: str = "mriprep check") -> str:
             f"{search.get('centre', 'cohort')}"
         )
     lines += [f"  identity: {note}" for note in search.get("notes", ())]
+    if report.label_table is not None:
+        lines.append(f"  label table: {_table_line(report.label_table)}")
     if report.splits:
         lines += ["", _split_table(report)]
     by_code: dict[str, list] = defaultdict(list)
@@ -47,7 +51,7 @@ def render_report(report: CheckReport, command: str = "mriprep check") -> str:
     if by_code:
         lines.append("")
     for (severity, code), findings in sorted(
-        by_code.items(), key=lambda kv: (kv[0][0] != Severity.ERROR, kv[0][1])
+        by_code.items(), key=lambda kv: (_SEVERITY_ORDER.index(kv[0][0]), kv[0][1])
     ):
         for finding in findings[:MAX_FINDINGS_PER_CODE]:
             lines.append(f"{severity.upper():<8}{code:<24}{finding.message}")
@@ -56,10 +60,23 @@ def render_report(report: CheckReport, command: str = "mriprep check") -> str:
                 f"{'':<32}... and {len(findings) - MAX_FINDINGS_PER_CODE} more {code} "
                 "finding(s); see --json"
             )
-    n_err, n_warn = len(report.errors), len(report.warnings)
+    n_err, n_warn, n_info = len(report.errors), len(report.warnings), len(report.infos)
     verdict = "FAILED" if n_err else "OK"
-    lines += ["", f"{verdict}: {n_err} error(s), {n_warn} warning(s)"]
+    infos = f", {n_info} info" if n_info else ""
+    lines += ["", f"{verdict}: {n_err} error(s), {n_warn} warning(s){infos}"]
     return "\n".join(lines)
+
+
+def _table_line(table: dict) -> str:
+    classes = table["classes"]
+    rules = ("no rules" if table["processing"] == "none"
+             else f"{table['processing']} rules, cortex {table['cortex']}")
+    return (f"{table['source']} ({rules}; {classes['axial']} classes, "
+            f"{classes['sagittal']} sagittal; unknown values: {table['unknown']}, absent "
+            f"classes: {table['absent_classes']}): {table['label_maps']} label map(s) "
+            f"judged in {table['seconds']:.1f} s"
+            + (f"; {table['without_label_map']} entries without a label map not judged"
+               if table["without_label_map"] else ""))
 
 
 def _cast_line(dtype: str) -> str:

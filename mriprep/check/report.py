@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from mriprep.cache import IndexEntry
-from mriprep.core.findings import Finding, FindingsMixin
+from mriprep.core.findings import Finding, FindingsMixin, Severity
 
 if TYPE_CHECKING:
     from mriprep.check.entries import EntryScan
@@ -67,11 +67,16 @@ class CheckReport(FindingsMixin):
     read_seconds: float = 0.0
     seconds: float = 0.0
     near_duplicate_search: dict[str, Any] = field(default_factory=dict)
-
+    # the label table the label maps were judged with (--lut), and what it found
+    label_table: dict[str, Any] | None = None
 
     @property
     def read_mb_per_s(self) -> float:
         return self.bytes_read / 1e6 / self.read_seconds if self.read_seconds > 0 else 0.0
+
+    @property
+    def infos(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == Severity.INFO]
 
     def codes(self) -> set[str]:
         return {f.code for f in self.findings}
@@ -84,6 +89,7 @@ class CheckReport(FindingsMixin):
             "entries": self.entries,
             "errors": len(self.errors),
             "warnings": len(self.warnings),
+            "infos": len(self.infos),
             "findings": [f.to_json() for f in self.findings],
             "splits": {name: s.to_json() for name, s in sorted(self.splits.items())},
             "pipeline_hashes": dict(self.pipeline_hashes),
@@ -92,6 +98,7 @@ class CheckReport(FindingsMixin):
             "read_mb_per_s": round(self.read_mb_per_s, 1),
             "seconds": round(self.seconds, 4),
             "near_duplicate_search": self.near_duplicate_search,
+            "label_table": self.label_table,
         }
 
 

@@ -2,9 +2,14 @@
 ``mriprep check --explain CODE`` says what a finding code means and how to fix it
 (:mod:`mriprep.check.codes`).
 
-Exit status: 0 the cache is sound (warnings may be listed), or the code was explained; 1
-at least one error was found (or a warning, with ``--strict``); 2 usage error (no such
-cache folder, unreadable manifest, bad option, unknown code).
+``mriprep check CACHE --lut TABLE`` (a LUT file, or ``dkt`` for the shipped table) judges
+the label maps with the label table training will use (:mod:`mriprep.check.label_table`)
+in place of ``--labels``.
+
+Exit status: 0 the cache is sound (warnings and infos may be listed), or the code was
+explained; 1 at least one error was found (or a warning, with ``--strict``); 2 usage
+error (no such cache folder, unreadable manifest or label table, bad option, unknown
+code).
 """
 
 from __future__ import annotations
@@ -115,9 +120,43 @@ def add_parser(subparsers) -> None:
         "values fall below the dtype's smallest normal number a warning; float32 checks "
         "no cast (default float16, the AMP dtype of a T4, which has no bfloat16)",
     )
-    p.add_argument("--workers", type=int, default=None, metavar="N", help="reader threads")
+    g = p.add_argument_group(
+        "label table (--lut; the options as `mriprep export --format fastsurfer-hdf5` "
+        "takes them)")
+    g.add_argument(
+        "--lut",
+        metavar="TABLE",
+        help="judge every label map with the class table training will use: a FreeSurfer "
+        "LUT (.txt), a FastSurfer ColorLUT (.tsv), or dkt for the shipped FastSurfer DKT "
+        "table. Values the table does not list after its rules, cortex without parcels "
+        "(aseg.mgz) and classes absent from a whole split are errors; what the rules "
+        "rewrite is listed. Replaces --labels: the table's values are the allowed set",
+    )
+    g.add_argument("--processing", choices=("aparc", "aseg", "none"), default=None,
+                   help="FastSurfer's label rewrites before the lookup (default: aparc)")
+    g.add_argument("--cortex", choices=("fuse", "fuse_after_fill", "split"), default=None,
+                   help="how training treats right cortex parcels, as mriprep export's "
+                        "--cortex (default: fuse, FastSurfer's rule)")
+    g.add_argument("--unknown", choices=("error", "background"), default=None,
+                   help="a label value not in the table: error, or background (class 0; "
+                        "a warning) when training is told so (default: error)")
+    g.add_argument("--absent-classes", choices=("error", "allow"), default=None,
+                   help="a class of the table that no label map of a split holds: error, "
+                        "or allow (a warning) when training is told so (default: error)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="reader threads (with --lut, also the threads judging label maps)")
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     p.set_defaults(func=run)
+
+
+def _label_table(args: argparse.Namespace):
+    """The label table of ``--lut`` (an InputError naming the file when it cannot be
+    used: a usage error)."""
+    from mriprep.training.labels import LabelTable  # imports torch: only when asked
+
+    return LabelTable(None if args.lut == "dkt" else args.lut,
+                      processing=args.processing or "aparc", cortex=args.cortex or "fuse",
+                      unknown=args.unknown or "error")
 
 
 def _usage(message: str) -> int:
@@ -141,8 +180,28 @@ def run(args: argparse.Namespace) -> int:
                       "--explain CODE")
     if args.exclude and not args.manifest:
         return _usage("--exclude lists manifest rows; give the manifest too (--manifest M)")
+    table_options = {"--processing": args.processing, "--cortex": args.cortex,
+                     "--unknown": args.unknown, "--absent-classes": args.absent_classes}
+    given = [flag for flag, value in table_options.items() if value is not None]
+    if args.lut is None and given:
+        return _usage(f"{', '.join(given)} set{'s' if len(given) == 1 else ''} how the "
+                      "label table maps the labels; give the table too (--lut TABLE, or "
+                      "--lut dkt for the shipped FastSurfer DKT table)")
+    if args.lut is not None and args.labels is not None:
+        return _usage("--labels and --lut both judge the label values; give one. With "
+                      "--lut the table's values after its rules are the allowed set (raw "
+                      "values the rules rewrite, such as 1000/2000, 251-255 or 3/42, are "
+                      "not refused)")
+    table = _label_table(args) if args.lut is not None else None
     # --json keeps stderr quiet too: scripts that parse the output want no bar.
     bar = ProgressBar("checking", "entry", leave=False, terminal=False if args.json else None)
+    table_bar = ProgressBar("label table", "label map", leave=False,
+                            terminal=False if args.json else None)
+
+    def judging(done: int, total: int) -> None:
+        bar.close()
+        table_bar.update_to(done, total)
+
     try:
         report = check_cache(
             args.cache,
@@ -153,9 +212,13 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=bar.update_to,
             dtype=args.dtype,
+            label_table=table,
+            absent_classes=args.absent_classes or "error",
+            label_progress=judging,
         )
     finally:
         bar.close()
+        table_bar.close()
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 
 class Severity(str, enum.Enum):
-    """How bad a finding is: an error fails the gate, a warning is reported only.
+    """How bad a finding is: an error fails the gate, a warning is reported (and fails
+    only ``--strict``), an info is reported so that nothing happens unseen and never
+    fails anything (what the label table's rules rewrite, ``lut-rewrites``).
 
     A member equals its string (``Severity.ERROR == "error"``), so a finding's severity
     compares with the plain strings of JSON reports and tests.
@@ -28,6 +30,7 @@ class Severity(str, enum.Enum):
 
     ERROR = "error"
     WARNING = "warning"
+    INFO = "info"
 
     def __str__(self) -> str:
         # as 3.11's StrEnum (3.10 has none): f-strings show "error", not "Severity.ERROR"
@@ -138,6 +141,41 @@ _REGISTRY = (
         "labels-unchecked", W, "label maps without a recorded set of allowed values were "
                                "not checked",
         "pass --labels VALUES (e.g. 0,2,4-7)"),
+    # -- labels against the class table training uses (mriprep.check.label_table) --------
+    FindingCode(
+        "lut-unknown-values", E, "a label map holds values the --lut table does not list "
+                                 "after its rules (or negative values): training refuses "
+                                 "the map",
+        "add the values to the table, or count them as background: --unknown background "
+        "at export and check (LabelTable(unknown='background') in Python)"),
+    FindingCode(
+        "lut-unknown-background", W, "a label map holds values the --lut table does not "
+                                     "list after its rules; --unknown background makes "
+                                     "them class 0",
+        "none needed if meant; else add the values to the table"),
+    FindingCode(
+        "lut-cortex-lost", E, "a label map has cerebral cortex (3/42) but no cortical "
+                              "parcels (1000-2999): the aparc rules would send all its "
+                              "cortex to background (an aseg.mgz)",
+        "use a segmentation with parcels (aparc.DKTatlas+aseg or aparc+aseg), or a table "
+        "of aseg classes with --processing aseg"),
+    FindingCode(
+        "lut-absent-classes", E, "classes of the --lut table are absent from every label "
+                                 "map of a split: the network would never learn them, and "
+                                 "training refuses them",
+        "check the segmentations, use a table without these classes, or accept them: "
+        "--absent-classes allow at export and check (absent_classes='allow' in "
+        "MRIDataset)"),
+    FindingCode(
+        "lut-absent-allowed", W, "classes of the --lut table are absent from every label "
+                                 "map of a split, accepted by --absent-classes allow",
+        "none needed if meant: the network never learns these classes"),
+    FindingCode(
+        "lut-rewrites", Severity.INFO,
+        "the rules before the --lut lookup rewrite label values (e.g. Desikan-only "
+        "parcels, 1000/2000, 251-255, 3/42): voxels per rule over the cohort, so nothing "
+        "is mapped away unseen",
+        "none needed; --processing none applies no rules"),
     # -- one pipeline, honest splits (mriprep.check.index, mriprep.splits.leaks) -------
     FindingCode(
         "pipeline-mismatch", E, "entries were made by another pipeline than the rest: the "

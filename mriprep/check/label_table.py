@@ -1,0 +1,377 @@
+"""Label maps against the class table training will use (``mriprep check --lut TABLE``).
+
+Training maps FreeSurfer-numbered label maps to classes with a label table
+(:class:`mriprep.training.labels.LabelTable`): rules rewrite some values first
+(FastSurfer's ``aparc``/``aseg`` processing, Desikan-only parcels, the corpus callosum),
+then each value is looked up. Everything that makes training refuse a map, or a split,
+is found here first, on the cache as it is:
+
+``lut-unknown-values`` (error, per label map)
+    values the table does not list after the rules, named with their voxels; a
+    ``lut-unknown-background`` warning instead when the table counts them as background
+    (``LabelTable(unknown="background")``, ``--unknown background``). Negative values
+    are always an error: no table lists them.
+``lut-cortex-lost`` (error, per label map)
+    cortex (3/42) without cortical parcels: the ``aparc`` rules would send all of it to
+    background (an ``aseg.mgz``); the table's own message, with its fix.
+``lut-absent-classes`` (error, per split)
+    classes of the axial/coronal view (and of the sagittal view, where left and right
+    merge) that no label map of the split holds: training refuses them
+    (:func:`mriprep.training.labels.derived.check_absent_classes`); a
+    ``lut-absent-allowed`` warning with ``absent_classes="allow"``. The maps counted are
+    those the table can map (unknown values count as background); a map whose cortex
+    would be lost is left out, as training leaves it out.
+``lut-rewrites`` (info, per rule)
+    the voxels each rule rewrote over the cohort, and the label maps with the most, so
+    that nothing is mapped away unseen.
+
+With a table, its values after the rules are the allowed set: the plain ``label-values``
+check, which compares raw values (and would refuse 1000/2000, 251-255 or 3/42, which the
+rules rewrite), does not run (:func:`~mriprep.check.cache_check.check_cache` refuses
+``allowed_labels`` and a table together).
+
+Each label map is prepared once (the rules are the costly part; docs/benchmarks.md) and
+its distinct values looked up in the axial and sagittal views (coronal has the axial
+classes; :func:`class_counts`), in reader threads (the rules' NumPy and SciPy work
+releases the GIL). Nothing is written:
+the derived classes that training keeps (``CACHE/derived``) are neither read nor made.
+
+``check`` sits below ``training`` (docs/design.md, "Layers"), so the table is handed in
+(the command line builds it) and used through :class:`ClassTable`, the part of
+:class:`~mriprep.training.labels.LabelTable` the check needs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from mriprep.cache import Cache, IndexEntry
+from mriprep.check.entries import EntryScan
+from mriprep.check.report import by_name
+from mriprep.core.errors import InputError, MriprepError
+from mriprep.core.findings import Finding, named
+
+# The views whose classes differ: coronal has the axial classes; sagittal merges left
+# and right (a class absent there is absent from both sides).
+JUDGED_VIEWS = ("axial", "sagittal")
+ABSENT_CLASSES = ("error", "allow")
+UNKNOWN_SHOWN = 10   # unknown values named (and counted) per label map
+MOST_SHOWN = 3       # label maps named per rewrite rule
+ABSENT_SHOWN = 40    # absent classes named per split (the report's JSON has them all)
+
+
+class ClassTable(Protocol):
+    """What the check uses of :class:`mriprep.training.labels.LabelTable`."""
+
+    processing: str
+    cortex: str
+    unknown: str
+    lut: Any
+
+    def prepare(self, labels: np.ndarray, subject: str = "") -> Any:
+        """A dataclass with ``labels`` (the map after the rules) and ``moved``."""
+
+    def lookup(self, prepared: Any, view: str = "axial", subject: str = "") -> Any: ...
+
+    def num_classes(self, view: str = "axial") -> int: ...
+
+    def class_names(self, view: str = "axial") -> tuple[str, ...]: ...
+
+    def describe(self) -> dict: ...
+
+
+@dataclass
+class MapJudgement:
+    """What the table made of one label map."""
+
+    key: str
+    class_counts: dict[str, np.ndarray] | None = None  # view -> voxels per class
+    moved: dict[str, int] = field(default_factory=dict)  # rule -> voxels rewritten
+    unknown: dict[int, int] = field(default_factory=dict)  # value -> voxels (first few)
+    unknown_values: int = 0
+    unknown_voxels: int = 0
+    negative: bool = False
+    cortex_lost: str | None = None   # the table's reason
+    unreadable: str | None = None
+
+
+def table_source(table: ClassTable) -> str:
+    return getattr(table.lut, "source", "") or "(in memory)"
+
+
+def background_twin(table: ClassTable) -> ClassTable:
+    """``table`` counting unknown values as background, so that the check reports them
+    instead of stopping at the first; the table's own ``unknown`` then judges them."""
+    if table.unknown == "background":
+        return table
+    return type(table).from_description({**table.describe(), "unknown": "background"},
+                                        table_source(table))
+
+
+def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
+              label_counts: dict) -> MapJudgement:
+    """Prepare one label map once and look it up in :data:`JUDGED_VIEWS` with ``table``
+    (which counts unknown values as background, :func:`background_twin`)."""
+    result = MapJudgement(entry.key)
+    negative = {v: c for v, c in label_counts.items() if v < 0}
+    if negative:  # no table lists them, and the rules refuse them: judged from the pass
+        result.negative = True
+        result.unknown = dict(sorted(negative.items())[:UNKNOWN_SHOWN])
+        result.unknown_values, result.unknown_voxels = len(negative), sum(negative.values())
+        return result
+    try:
+        labels = np.asarray(cache.load_tensor(entry.key, "label"))
+    except (MriprepError, OSError, ValueError) as exc:
+        result.unreadable = f"{type(exc).__name__}: {exc}"
+        return result
+    try:
+        prepared = table.prepare(labels)
+    except InputError as exc:  # cortex without parcels (negative values are above)
+        result.cortex_lost = str(exc)
+        return result
+    result.moved = dict(prepared.moved)
+    result.class_counts, voxels = class_counts(table, prepared)
+    values = voxels["unknown"]
+    result.unknown_values = len(values)
+    result.unknown_voxels = int(sum(voxels["count"][values]))
+    result.unknown = {int(v): int(voxels["count"][v]) for v in values[:UNKNOWN_SHOWN]}
+    return result
+
+
+def class_counts(table: ClassTable, prepared: Any) -> tuple[dict[str, np.ndarray], dict]:
+    """Voxels per class of each of :data:`JUDGED_VIEWS` for a prepared map, and
+    ``{"count": voxels per value, "unknown": values the table does not list}``.
+
+    The lookup maps each value on its own, so it is run on the map's distinct values
+    (a :class:`Prepared` holding them) and weighted by their voxel counts: the counts of
+    a lookup of the whole volume, without a class volume per view (0.6 s less per
+    256^3 map)."""
+    count = np.bincount(np.asarray(prepared.labels).ravel())
+    present = np.flatnonzero(count)
+    distinct = dataclasses.replace(prepared, labels=present.astype(np.int32))
+    counts, unknown = {}, ()
+    for view in JUDGED_VIEWS:
+        mapped = table.lookup(distinct, view)
+        counts[view] = np.bincount(mapped.classes, weights=count[present],
+                                   minlength=table.num_classes(view)).astype(np.int64)
+        unknown = tuple(int(v) for v in mapped.unknown_values)
+    return counts, {"count": count, "unknown": list(unknown)}
+
+
+def check_label_table(
+    cache: Cache,
+    index: dict[str, IndexEntry],
+    scans: dict[str, EntryScan],
+    table: ClassTable,
+    absent_classes: str = "error",
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[Finding], dict[str, Any]]:
+    """Judge every label map of the cache with ``table`` (module docstring).
+
+    Parameters
+    ----------
+    cache : Cache
+    index : dict
+        Cache key -> :class:`~mriprep.cache.IndexEntry` (well formed).
+    scans : dict
+        Cache key -> :class:`~mriprep.check.entries.EntryScan`: entries whose label map
+        the tensor pass could not read (already reported) are not judged again.
+    table : ClassTable
+        The label table training will use (its rules, its ``unknown`` policy).
+    absent_classes : {"error", "allow"}
+        A class no label map of a split holds: ``lut-absent-classes`` error, or
+        ``lut-absent-allowed`` warning.
+    workers : int, optional
+        Threads (default: up to 4, at most the CPU count).
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each label map.
+
+    Returns
+    -------
+    findings, summary
+        The findings, and what the report records of the table and its judgement (JSON).
+    """
+    if absent_classes not in ABSENT_CLASSES:
+        raise ValueError(f"absent_classes={absent_classes!r}; choose one of {ABSENT_CLASSES}")
+    started = time.perf_counter()
+    judge = background_twin(table)
+    labelled = [k for k in by_name(index, scans)
+                if "label" in index[k].files and scans[k].label_counts is not None]
+    judged = _judge_all(cache, index, scans, judge, labelled, workers, progress)
+    findings: list[Finding] = []
+    for key in labelled:
+        findings += _map_findings(index[key], judged[key], table)
+    findings += _rewrite_findings(index, judged, labelled)
+    absent = _absent_by_split(index, judged, labelled, judge)
+    for split, found in sorted(absent.items()):
+        findings.append(_absent_finding(split, found, absent_classes, table, index))
+    summary = {
+        "source": table_source(table),
+        "processing": table.processing,
+        "cortex": table.cortex,
+        "unknown": table.unknown,
+        "absent_classes": absent_classes,
+        "classes": {view: judge.num_classes(view) for view in ("axial", "coronal",
+                                                               "sagittal")},
+        "label_maps": len(labelled),
+        "without_label_map": sum(1 for e in index.values() if "label" not in e.files),
+        "rewrites": _rewrite_totals(judged.values()),
+        "absent": {split: {view: found[view] for view in JUDGED_VIEWS}
+                   for split, found in sorted(absent.items())},
+        "seconds": round(time.perf_counter() - started, 4),
+    }
+    return findings, summary
+
+
+def _judge_all(cache, index, scans, table, keys, workers, progress) -> dict[str, MapJudgement]:
+    workers = workers or min(4, os.cpu_count() or 1)
+
+    def one(key: str) -> MapJudgement:
+        return judge_map(cache, index[key], table, scans[key].label_counts)
+
+    judged: dict[str, MapJudgement] = {}
+    if workers <= 1 or len(keys) <= 1:
+        for done, key in enumerate(keys, 1):
+            judged[key] = one(key)
+            if progress:
+                progress(done, len(keys))
+        return judged
+    with concurrent.futures.ThreadPoolExecutor(
+            min(workers, len(keys)), thread_name_prefix="mriprep-check-lut") as pool:
+        futures = {pool.submit(one, key): key for key in keys}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            judged[futures[future]] = future.result()
+            if progress:
+                progress(done, len(keys))
+    return judged
+
+
+def _values(judgement: MapJudgement) -> str:
+    shown = ", ".join(f"{v} ({c} voxels)" for v, c in judgement.unknown.items())
+    more = judgement.unknown_values - len(judgement.unknown)
+    return shown + (f" and {more} more value(s)" if more > 0 else "")
+
+
+def _rules(table: ClassTable) -> str:
+    return "" if table.processing == "none" else f" after the {table.processing} rules"
+
+
+def _map_findings(entry: IndexEntry, judgement: MapJudgement,
+                  table: ClassTable) -> list[Finding]:
+    name, where = entry.finding_name, ((entry.key,), (entry.subject_id,))
+    if judgement.unreadable is not None:
+        return [Finding("tensor-unreadable",
+                        f"{name}: {entry.files['label'].file} cannot be read for the label "
+                        f"table check ({judgement.unreadable}); rebuild the entry with "
+                        "`mriprep run --force`", *where)]
+    if judgement.cortex_lost is not None:
+        return [Finding("lut-cortex-lost", f"{name}: {judgement.cortex_lost}", *where)]
+    if not judgement.unknown_values:
+        return []
+    source = table_source(table)
+    if judgement.negative:
+        return [Finding(
+            "lut-unknown-values",
+            f"{name}: the label map holds negative values {_values(judgement)}, which no "
+            f"label table lists (FreeSurfer labels are >= 0) and training refuses; fix "
+            "the label map", *where)]
+    if table.unknown == "background":
+        return [Finding(
+            "lut-unknown-background",
+            f"{name}: label values {_values(judgement)} are not in the label table "
+            f"{source}{_rules(table)}; training counts them ({judgement.unknown_voxels} "
+            "voxels) as background (class 0), as --unknown background "
+            "(unknown='background') asks", *where)]
+    return [Finding(
+        "lut-unknown-values",
+        f"{name}: label values {_values(judgement)} are not in the label table "
+        f"{source}{_rules(table)}; training refuses the map. Add them to the table, or "
+        "count them as background: --unknown background at export and check "
+        "(LabelTable(unknown='background') in Python)", *where)]
+
+
+def _rewrite_totals(judgements) -> dict[str, int]:
+    total: dict[str, int] = defaultdict(int)
+    for judgement in judgements:
+        for rule, count in judgement.moved.items():
+            total[rule] += count
+    return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _rewrite_findings(index, judged, keys) -> list[Finding]:
+    mapped = [k for k in keys if judged[k].class_counts is not None]
+    findings = []
+    for rule, total in _rewrite_totals(judged[k] for k in mapped).items():
+        where = sorted((k for k in mapped if rule in judged[k].moved),
+                       key=lambda k: (-judged[k].moved[rule], index[k].finding_name))
+        most = ", ".join(f"{index[k].finding_name} ({judged[k].moved[rule]})"
+                         for k in where[:MOST_SHOWN])
+        findings.append(Finding(
+            "lut-rewrites",
+            f"{rule}: {total} voxels in {len(where)} of {len(mapped)} label maps "
+            f"(most: {most})",
+            tuple(by_name(index, where)),
+            tuple(sorted({index[k].subject_id for k in where}))))
+    return findings
+
+
+def _absent_by_split(index, judged, keys, table) -> dict[str, dict[str, Any]]:
+    """Split -> {view: absent class names, "mapped": keys counted, "left_out": keys the
+    table cannot map}, for the splits where some class of the axial view is absent."""
+    mapped: dict[str, list[str]] = defaultdict(list)
+    left_out: dict[str, list[str]] = defaultdict(list)
+    for key in keys:
+        split = index[key].split or "(none)"
+        (mapped if judged[key].class_counts is not None else left_out)[split].append(key)
+    absent = {}
+    for split, split_keys in mapped.items():
+        found: dict[str, Any] = {"mapped": split_keys, "left_out": left_out[split]}
+        for view in JUDGED_VIEWS:
+            total = sum(judged[k].class_counts[view] for k in split_keys)
+            names = table.class_names(view)
+            found[view] = [names[c] for c in np.flatnonzero(total == 0) if c > 0]
+        if found["axial"]:  # a class absent in sagittal is absent in axial too
+            absent[split] = found
+    return absent
+
+
+def _absent_finding(split: str, found: dict[str, Any], policy: str, table: ClassTable,
+                    index) -> Finding:
+    axial, sagittal, keys = found["axial"], found["sagittal"], found["mapped"]
+    subjects = sorted({index[k].subject_id for k in keys})
+
+    def listed(names: list[str]) -> str:
+        more = len(names) - ABSENT_SHOWN
+        return ", ".join(names[:ABSENT_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+    left_out = len(found["left_out"])
+    counted = (f"{len(keys)} label map{'s' if len(keys) > 1 else ''} ({named(subjects)}"
+               + (f"; {left_out} more the table cannot map left out, as the export leaves "
+                  "them out" if left_out else "") + ")")
+    text = (f"split {split}: {len(axial)} of the {table.num_classes('axial') - 1} classes "
+            f"of the axial and coronal views of the label table {table_source(table)} are "
+            f"in none of the split's {counted}: {listed(axial)}")
+    if sagittal:
+        text += (f"; of the sagittal view, where left and right merge, {len(sagittal)} of "
+                 f"{table.num_classes('sagittal') - 1}: {listed(sagittal)}")
+    else:
+        text += "; the sagittal view, where left and right merge, has all its classes"
+    if policy == "allow":
+        return Finding("lut-absent-allowed",
+                       f"{text}; accepted (absent_classes='allow'): the network never "
+                       "learns them", tuple(keys), tuple(subjects))
+    return Finding(
+        "lut-absent-classes",
+        f"{text}. Training refuses classes no subject holds: check the segmentations "
+        "(aseg.mgz has no cortical parcels), use a table without these classes, or "
+        "accept them: --absent-classes allow at export and check "
+        "(absent_classes='allow' in MRIDataset)", tuple(keys), tuple(subjects))
