@@ -24,7 +24,7 @@ install: $(STAMP) $(REAL_SCANS_STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm,fastsurfer]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm,fastsurfer,referee]"
 	touch $(STAMP)
 
 $(REAL_SCANS_STAMP): $(STAMP) mriprep/demo/real_scans.py

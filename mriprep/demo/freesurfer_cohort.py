@@ -27,6 +27,24 @@ from mriprep.demo.scanner import Acquisition, acquire, random_pose
 SPLITS = ("train", "train", "val", "test")
 
 
+def scanned_person(seed: int, index: int, medial_unknown: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(image, FreeSurfer labels, affine) of person ``index`` scanned in a random pose."""
+    # Seeds apart from the main demo's and the calibration's people.
+    anatomy = person(50_000 + 100 * seed + index)
+    rng = np.random.default_rng([seed, index, 29])
+    pose = random_pose(rng, 8.0, 8.0)
+    # Scanned with its tissue labels (the scanner sets its intensities from them),
+    # then the FreeSurfer labels pulled onto the scan's grid the way it pulls labels.
+    scan = acquire(anatomy, pose, Acquisition(), rng)
+    numbered = freesurfer_labels(anatomy.labels, anatomy.affine, medial_unknown)
+    to_anatomy = np.linalg.inv(anatomy.affine) @ np.linalg.inv(pose) @ scan.affine
+    labels = ndimage.affine_transform(numbered, to_anatomy[:3, :3], to_anatomy[:3, 3],
+                                      output_shape=scan.data.shape, order=0,
+                                      mode="constant", cval=0)
+    return scan.data, labels, scan.affine
+
+
 def build_freesurfer_cohort(root: str | Path, n_subjects: int = 4, seed: int = 0) -> Path:
     """Write the cohort into ``root``; return its manifest's path."""
     root = Path(root)
@@ -34,22 +52,11 @@ def build_freesurfer_cohort(root: str | Path, n_subjects: int = 4, seed: int = 0
         (root / sub).mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(n_subjects):
-        # Seeds apart from the main demo's and the calibration's people.
-        anatomy = person(50_000 + 100 * seed + i)
-        rng = np.random.default_rng([seed, i, 29])
-        pose = random_pose(rng, 8.0, 8.0)
-        # Scanned with its tissue labels (the scanner sets its intensities from them),
-        # then the FreeSurfer labels pulled onto the scan's grid the way it pulls labels.
-        scan = acquire(anatomy, pose, Acquisition(), rng)
-        numbered = freesurfer_labels(anatomy.labels, anatomy.affine)
-        to_anatomy = np.linalg.inv(anatomy.affine) @ np.linalg.inv(pose) @ scan.affine
-        labels = ndimage.affine_transform(numbered, to_anatomy[:3, :3], to_anatomy[:3, 3],
-                                          output_shape=scan.data.shape, order=0,
-                                          mode="constant", cval=0)
+        data, labels, affine = scanned_person(seed, i)
         sid = f"sub-fs{i + 1:02d}"
         image, label = f"images/{sid}_T1w.nii.gz", f"labels/{sid}_dseg.nii.gz"
-        nib.save(nib.Nifti1Image(scan.data.astype(np.float32), scan.affine), root / image)
-        nib.save(nib.Nifti1Image(labels.astype(np.int16), scan.affine), root / label)
+        nib.save(nib.Nifti1Image(data.astype(np.float32), affine), root / image)
+        nib.save(nib.Nifti1Image(labels.astype(np.int16), affine), root / label)
         rows.append([sid, image, label, SPLITS[i % len(SPLITS)], ""])
     manifest = root / "cohort.csv"
     with open(manifest, "w", newline="") as fh:

@@ -11,8 +11,15 @@ move with the person when the map is made before the person is scanned):
   brain stem -> 16; deep grey matter -> thalamus 10/49, caudate 11/50, putamen 12/51;
   hippocampus 17/53;
 * CSF near the centre -> lateral ventricles 4/43, elsewhere -> CSF 24;
-* cortical grey matter -> the nearest of :data:`PARCEL_SEEDS` in its hemisphere (DKT
-  parcels 10xx / 20xx, medial and lateral ones).
+* cortical grey matter -> the nearest of :data:`PARCEL_SEEDS` in its hemisphere (the
+  31 DKT parcels 10xx / 20xx, medial and lateral ones);
+* the small structures of FastSurfer's DKT table as boxes of any brain tissue:
+  pallidum 13/52, amygdala 18/54, accumbens 26/58, ventral DC 28/60, inferior lateral
+  ventricles 5/44, choroid plexus 31/63, 3rd and 4th ventricle 14/15, and a few white
+  matter hypointensities 77, so that every class of the table occurs;
+* with ``medial_unknown``, the cortex of the medial wall above the corpus callosum ->
+  "unknown" 1000 / 2000, where FreeSurfer's own maps leave it: the voxels FastSurfer's
+  rules fill from the neighbouring parcels.
 
 The boxes are coarse: the maps have FreeSurfer's numbers and FastSurfer's class
 structure (left/right pairs, medial parcels, cortex above 1000), not its anatomy.
@@ -45,6 +52,20 @@ PARCEL_SEEDS = {
     1012: (28, 30, -15),   # lateral orbitofrontal
     1007: (36, -50, -18),  # fusiform
     1031: (55, -40, 35),   # supramarginal
+    1003: (36, 12, 48),    # caudal middle frontal
+    1006: (24, -8, -32),   # entorhinal
+    1008: (44, -66, 34),   # inferior parietal
+    1010: (8, -46, 14),    # isthmus cingulate
+    1014: (6, 42, -14),    # medial orbitofrontal
+    1016: (24, -30, -16),  # parahippocampal
+    1017: (8, -26, 62),    # paracentral
+    1018: (50, 12, 14),    # pars opercularis
+    1019: (44, 36, -10),   # pars orbitalis
+    1020: (50, 28, 4),     # pars triangularis
+    1021: (10, -86, 6),    # pericalcarine
+    1023: (6, -16, 38),    # posterior cingulate
+    1026: (6, 38, 4),      # rostral anterior cingulate
+    1034: (44, -22, 10),   # transverse temporal
 }
 
 
@@ -56,7 +77,8 @@ def _box(xyz: np.ndarray, x=None, y=None, z=None) -> np.ndarray:
     return keep
 
 
-def freesurfer_labels(tissue: np.ndarray, affine: np.ndarray) -> np.ndarray:
+def freesurfer_labels(tissue: np.ndarray, affine: np.ndarray,
+                      medial_unknown: bool = False) -> np.ndarray:
     """FreeSurfer-numbered labels (int16) of a CSF/GM/WM map whose voxels ``affine``
     places in MNI-like millimetres (module docstring)."""
     out = np.zeros(tissue.shape, dtype=np.int16)
@@ -80,6 +102,9 @@ def freesurfer_labels(tissue: np.ndarray, affine: np.ndarray) -> np.ndarray:
     mirrored = np.c_[ax, xyz[:, 1:]]
     nearest = np.argmin(((mirrored[gm, None, :] - seeds[None]) ** 2).sum(-1), axis=1)
     lab[gm] = ids[nearest] + np.where(right[gm], 1000, 0).astype(np.int16)
+    if medial_unknown:
+        wall = gm & (ax < 10) & _box(xyz, y=(-30, 25), z=(5, 30))
+        side(wall, 1000, 2000)
     side(t == WM, 2, 41)
     csf = t == CSF
     lab[csf] = 24
@@ -94,5 +119,16 @@ def freesurfer_labels(tissue: np.ndarray, affine: np.ndarray) -> np.ndarray:
     side(cerebellum & (t == GM), 8, 47)
     stem = _box(xyz, x=(-10, 10), y=(-40, -15), z=(-80, -15)) & (t != CSF)
     lab[stem] = 16
+    brain = t > 0
+    side(brain & (ax >= 14) & (ax < 19) & _box(xyz, y=(-8, 4), z=(-4, 4)), 13, 52)
+    side(brain & (ax >= 18) & (ax < 28) & _box(xyz, y=(-8, 0), z=(-24, -14)), 18, 54)
+    side(brain & (ax >= 6) & (ax < 12) & _box(xyz, y=(8, 16), z=(-10, -2)), 26, 58)
+    side(brain & (ax >= 4) & (ax < 14) & _box(xyz, y=(-24, -12), z=(-14, -6)), 28, 60)
+    side(brain & (ax >= 28) & (ax < 32) & _box(xyz, y=(-30, -20), z=(-14, -8)), 5, 44)
+    side(brain & (ax >= 12) & (ax < 16) & _box(xyz, y=(-32, -26), z=(14, 20)), 31, 63)
+    lab[brain & (ax < 2) & _box(xyz, y=(-20, -4), z=(-2, 10))] = 14
+    lab[brain & (ax < 4) & _box(xyz, y=(-48, -42), z=(-36, -28))] = 15
+    for centre in ((24, 4, 26), (-26, -18, 30), (28, -40, 24)):
+        lab[brain & (((xyz - centre) ** 2).sum(axis=1) <= 4)] = 77
     out[tuple(ijk.T)] = lab
     return out
