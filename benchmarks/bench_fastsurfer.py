@@ -1,22 +1,38 @@
-"""FastSurfer training data (issue 29), measured side by side in one run:
+"""FastSurfer training data from a FreeSurfer ``SUBJECTS_DIR``, measured side by side in
+one run (issue 44):
 
-1. ``mriprep export --format fastsurfer-hdf5`` (checksums, parallel workers) against a
-   serial restatement of FastSurfer's ``generate_hdf5`` loop (the referee,
-   :mod:`mriprep.demo.fastsurfer_referee`, one subject after another, then one write) on
-   the same ``conform_1mm`` cache: seconds per subject, their ratio, the HDF5's size;
-2. the thick-slice Dataset's items per second (derived in memory, and from a
-   ``derived_dir`` of memory-mapped classes/weights) against reading the same items from
-   the HDF5 with h5py.
+1. **The export, three views.** ``mriprep manifest from-freesurfer`` and ``mriprep run -p
+   conform_1mm`` make the cache (timed apart: it is preprocessing a user runs once);
+   then ``mriprep export --format fastsurfer-hdf5`` once per view, as documented
+   (default workers; the first view derives the classes of all three, the others reuse
+   them). The anchor is FastSurfer's own ``generate_hdf5.py`` (the pinned checkout in
+   ``MRIPREP_FASTSURFER``, else ``../shared/fastsurfer``) run as its documentation runs
+   it, once per view, on the same subjects: the cache's images and label maps written as
+   ``orig.mgz`` and ``aparc.DKTatlas+aseg.mgz`` (the very voxels mriprep exports; how
+   ``conform_1mm`` treats an already conformed ``orig.mgz`` is another question), and
+   the two files are compared dataset by dataset.
+   One fault of that commit is mended so that it writes anything at all: its
+   ``create_hdf5_dataset`` calls ``self.transform`` without the plane, and every subject
+   is skipped (the checkout's README lists it). Its seconds per subject come from the
+   moments it starts each subject.
+2. **The thick-slice Dataset.** Opening with the classes stored (warm), one subject's
+   derivation (cold, in this process), the first shuffled batch of ``make_dataloader``
+   (batch 16) and the steady rate, against h5py reading the exported file item by item
+   in the same shuffled order, and against FastSurfer's way (``MultiScaleDataset`` loads
+   the file into memory first: the load, then items from memory).
 
-The cohort is :func:`mriprep.demo.freesurfer_cohort.build_freesurfer_cohort` run through
-``conform_1mm`` (256^3 LIA uint8). Nothing asserts a time: compare the ratios.
+The people are synthetic (:mod:`mriprep.demo.freesurfer_subjects`: every class of the DKT
+table, FreeSurfer's "unknown" medial wall). Nothing asserts a time: read the ratios.
 
-    python benchmarks/bench_fastsurfer.py [--work-dir DIR] [--subjects 4] [--workers 2]
+    python benchmarks/bench_fastsurfer.py [--work-dir DIR] [--subjects 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import statistics
 import sys
 import tempfile
 import time
@@ -24,140 +40,269 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from mriprep.cache import Cache  # noqa: E402
 from mriprep.cli import main as cli  # noqa: E402
-from mriprep.demo.fastsurfer_referee import referee_subject  # noqa: E402
-from mriprep.demo.freesurfer_cohort import build_freesurfer_cohort  # noqa: E402
+
+VIEWS = ("coronal", "axial", "sagittal")
 
 
-def _cache(work: Path, subjects: int, workers: int) -> Path:
+def _subjects_dir(work: Path, n: int) -> Path:
+    from mriprep.demo.freesurfer_subjects import build_subjects_dir
+
+    folder = work / f"subjects-{n}"
+    if not (folder / f"subj-{n:02d}" / "mri" / "orig.mgz").exists():
+        t = time.perf_counter()
+        build_subjects_dir(folder, kinds=("dkt",) * n)
+        print(f"  built {n} FreeSurfer subjects in {time.perf_counter() - t:.0f} s")
+    return folder
+
+
+def _cache(work: Path, subjects: Path) -> tuple[Path, float]:
     cache = work / "cache"
     if (cache / "index.json").exists():
-        return cache
-    manifest = work / "cohort" / "cohort.csv"
-    if not manifest.exists():
-        t = time.perf_counter()
-        build_freesurfer_cohort(work / "cohort", subjects)
-        took = time.perf_counter() - t
-        print(f"  built {subjects} FreeSurfer-labelled people in {took:.0f} s")
-    code = cli(["run", str(manifest), "-o", str(cache), "-p", "conform_1mm", "--workers",
-                str(workers), "--scheduler", "processes", "--no-report"])
-    if code != 0:
-        raise SystemExit(f"mriprep run -p conform_1mm failed ({code}) on {manifest}")
-    return cache
+        return cache, float("nan")
+    manifest = work / "cohort.csv"
+    t = time.perf_counter()
+    for args in (["manifest", "from-freesurfer", str(subjects), "-o", str(manifest),
+                  "--force"],
+                 ["run", str(manifest), "-o", str(cache), "-p", "conform_1mm",
+                  "--no-report"]):
+        if cli(args) != 0:
+            raise SystemExit(f"mriprep {' '.join(args[:2])} failed")
+    return cache, time.perf_counter() - t
 
 
-def _serial_generate_hdf5(cache: Path, out: Path, view: str, lut: str) -> int:
-    """generate_hdf5's loop restated: every subject in turn, all slices in memory, one
-    write at the end (its layout, its dtypes)."""
-    import h5py
+def _as_subjects_dir(cache: Path, folder: Path) -> Path:
+    """The cache's entries as FreeSurfer subject folders: what generate_hdf5 reads."""
+    import nibabel as nib
 
     c = Cache(cache)
-    data = {"orig": [], "aseg": [], "weight": [], "zoom": [], "subject": []}
     for entry in c.entries():
-        orig = np.asarray(c.load_tensor(entry.key, "image"))
-        aseg = np.asarray(c.load_tensor(entry.key, "label")).astype(np.int16)
-        o, a, w, z = referee_subject(orig, aseg, tuple(c.read_meta(entry.key)["spacing"]),
-                                     lut, view)
-        data["orig"].extend(o)
-        data["aseg"].extend(a)
-        data["weight"].extend(w)
-        data["zoom"].extend([z] * len(o))
-        data["subject"].append(entry.subject_id)
-    with h5py.File(out, "w") as hf:
-        g = hf.create_group(str(data["orig"][0].shape[0]))
-        g.create_dataset("orig_dataset", data=np.asarray(data["orig"], dtype=np.uint8))
-        g.create_dataset("aseg_dataset", data=np.asarray(data["aseg"], dtype=np.uint8))
-        g.create_dataset("weight_dataset", data=np.asarray(data["weight"], dtype=float))
-        g.create_dataset("zoom_dataset", data=data["zoom"])
-        g.create_dataset("subject", data=data["subject"], dtype=h5py.special_dtype(vlen=str))
-    return len(data["subject"])
+        mri = folder / entry.subject_id / "mri"
+        mri.mkdir(parents=True, exist_ok=True)
+        affine = np.asarray(entry.affine, dtype=np.float64)
+        image = np.asarray(c.load_tensor(entry.key, "image"))
+        labels = np.asarray(c.load_tensor(entry.key, "label")).astype(np.int32)
+        nib.save(nib.MGHImage(image, affine), mri / "orig.mgz")
+        nib.save(nib.MGHImage(labels, affine), mri / "aparc.DKTatlas+aseg.mgz")
+    return folder
 
 
-def _items_per_second(get, n: int, count: int) -> float:
-    rng = np.random.default_rng(0)
-    picks = np.sort(rng.choice(n, size=min(count, n), replace=False))  # entry order
+def _fastsurfer_checkout() -> Path | None:
+    for folder in (os.environ.get("MRIPREP_FASTSURFER"), ROOT.parent / "shared" / "fastsurfer"):
+        if folder and (Path(folder) / "FastSurferCNN" / "generate_hdf5.py").is_file():
+            return Path(folder)
+    return None
+
+
+def _generate_hdf5(checkout: Path, subjects: Path, out: Path, view: str, lut: str):
+    """FastSurfer's generate_hdf5 with its documented options; (seconds, per subject)."""
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    from FastSurferCNN import generate_hdf5 as g
+
+    starts = []
+    cls = g.H5pyDataset
+    if not getattr(cls, "_mended_by_mriprep_bench", False):
+        transform, load = cls.transform, cls._load_volumes
+
+        def mended(self, *args):
+            # The commit's caller passes (imgs, zoom); the method wants (plane, imgs, zoom).
+            return transform(self, self.plane, *args) if len(args) == 2 else \
+                transform(self, *args)
+
+        def timed_load(self, path):
+            self._bench_starts.append(time.perf_counter())
+            return load(self, path)
+        cls.transform, cls._load_volumes = mended, timed_load
+        cls._mended_by_mriprep_bench = True
+    args = g.make_parser().parse_args([
+        "--hdf5_name", str(out), "--plane", view, "--data_dir", str(subjects),
+        "--pattern", "subj-*", "--lut", lut, "--image_name", "mri/orig.mgz",
+        "--gt_name", "mri/aparc.DKTatlas+aseg.mgz"])
+    cls._bench_starts = starts
     t = time.perf_counter()
-    for i in picks:
-        get(int(i))
-    return len(picks) / (time.perf_counter() - t)
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+        g.main(args)  # it prints a line per subject
+    total = time.perf_counter() - t
+    ends = starts[1:] + [t + total]
+    return total, [b - a for a, b in zip(starts, ends)]
+
+
+def _spread(values) -> str:
+    values = list(values)
+    if not values:
+        return "-"
+    return (f"median {statistics.median(values):.2f} s "
+            f"(range {min(values):.2f}-{max(values):.2f})")
+
+
+def _export(cache: Path, out: Path, view: str) -> float:
+    out.unlink(missing_ok=True)
+    t = time.perf_counter()
+    code = cli(["export", str(cache), "-o", str(out), "--format", "fastsurfer-hdf5",
+                "--view", view])
+    if code != 0:
+        raise SystemExit(f"mriprep export --view {view} exited {code}")
+    return time.perf_counter() - t
+
+
+def _export_section(work: Path, cache: Path, subjects: Path, n: int) -> dict[str, Path]:
+    from importlib import resources
+
+    import shutil
+
+    shutil.rmtree(cache / "derived", ignore_errors=True)  # the first view derives, cold
+    lut = str(resources.files("mriprep.training.labels") / "fastsurfer_dkt.tsv")
+    ours = {v: work / f"mriprep_{v}.hdf5" for v in VIEWS}
+    t_ours = {v: _export(cache, ours[v], v) for v in VIEWS}
+    print(f"fastsurfer HDF5 from a SUBJECTS_DIR of {n} subjects (256^3), one run per view:")
+    print("  mriprep export, per view (s)       " +
+          "  ".join(f"{v} {t_ours[v]:6.1f}" for v in VIEWS) +
+          f"   total {sum(t_ours.values()):6.1f} s (the first derives all three views)")
+    checkout = _fastsurfer_checkout()
+    if checkout is None:
+        print("  FastSurfer generate_hdf5: skipped (set MRIPREP_FASTSURFER to FastSurfer's "
+              "checkout with the `referee` extra installed)")
+        return ours
+    theirs, per_subject, same = {}, [], {}
+    subjects = _as_subjects_dir(cache, work / "from-cache")
+    for view in VIEWS:
+        out = work / f"fastsurfer_{view}.hdf5"
+        out.unlink(missing_ok=True)
+        theirs[view], each = _generate_hdf5(checkout, subjects, out, view, lut)
+        per_subject += each
+        same[view] = _compare(ours[view], out)
+    print("  FastSurfer generate_hdf5, per view  " +
+          "  ".join(f"{v} {theirs[v]:6.1f}" for v in VIEWS) +
+          f"   total {sum(theirs.values()):6.1f} s; per subject and view "
+          f"{_spread(per_subject)}")
+    print(f"  ratio mriprep / FastSurfer, three views  "
+          f"{sum(t_ours.values()) / sum(theirs.values()):.3f}x  (goal <= 0.2x); per view "
+          + ", ".join(f"{v} {t_ours[v] / theirs[v]:.3f}x" for v in VIEWS))
+    print("  contents against FastSurfer's file, dataset by dataset: " +
+          "; ".join(f"{v}: {same[v]}" for v in VIEWS))
+    return ours
+
+
+def _compare(ours: Path, theirs: Path) -> str:
+    """Whether two FastSurfer HDF5 files hold the same slices per subject (FastSurfer
+    writes its subjects in glob order, mriprep in manifest order)."""
+    import h5py
+
+    with h5py.File(ours, "r") as a, h5py.File(theirs, "r") as b:
+        if sorted(a) != sorted(b):
+            return f"groups differ ({sorted(a)} against {sorted(b)})"
+        problems = []
+        for size in a:
+            ga, gb = a[size], b[size]
+            names_a = [s.decode() for s in ga["subject"][:]]
+            names_b = [s.decode() for s in gb["subject"][:]]
+            if sorted(names_a) != sorted(names_b):
+                return f"subjects differ ({names_a} against {names_b})"
+            owner = ga["slice_subject"][:]
+            counts = {n: int((owner == i).sum()) for i, n in enumerate(names_a)}
+            starts_b = dict(zip(names_b, np.cumsum([0] + [counts[n] for n in names_b])))
+            for i, name in enumerate(names_a):
+                mine = np.flatnonzero(owner == i)
+                theirs_rows = slice(int(starts_b[name]), int(starts_b[name]) + len(mine))
+                for key in ("orig_dataset", "aseg_dataset", "weight_dataset",
+                            "zoom_dataset"):
+                    x, y = ga[key][mine[0]:mine[-1] + 1], gb[key][theirs_rows]
+                    if x.shape != y.shape or not np.array_equal(x, y):
+                        problems.append(f"{name} {key}")
+        return "equal" if not problems else "differ: " + ", ".join(problems[:4])
+
+
+def _loader_section(cache: Path, exported: Path, view: str, batches: int) -> None:
+    import h5py
+    import torch
+
+    from mriprep import MRIDataset, make_dataloader
+    from mriprep.training.labels import dkt_table
+    from mriprep.training.labels.derived import DerivedLabels, derive_entry
+
+    c = Cache(cache)
+    entry = c.entries()[0]
+    spare = Path(tempfile.mkdtemp(prefix="derive-one-"))
+    t = time.perf_counter()
+    derive_entry(DerivedLabels(c, dkt_table(), spare), entry)
+    one = time.perf_counter() - t
+    split = entry.split
+    t = time.perf_counter()
+    ds = MRIDataset(cache, split, mode="thick_slice", view=view)
+    opening = time.perf_counter() - t
+    loader = make_dataloader(ds, batch_size=16, shuffle=True, seed=0)
+    t = time.perf_counter()
+    it = iter(loader)
+    next(it)
+    first = time.perf_counter() - t
+    rates = []
+    for _ in range(3):
+        t = time.perf_counter()
+        got = 0
+        for _ in range(batches):
+            try:
+                got += len(next(it)["label"])
+            except StopIteration:
+                it = iter(loader)
+        rates.append(got / (time.perf_counter() - t))
+    order = np.random.default_rng(0).permutation(len(ds))[: batches * 16]
+    with h5py.File(exported, "r") as hf:
+        g = hf[next(iter(hf))]
+        h5_rates = []
+        for _ in range(3):
+            t = time.perf_counter()
+            for i in order:
+                g["orig_dataset"][i], g["aseg_dataset"][i], g["weight_dataset"][i]
+            h5_rates.append(len(order) / (time.perf_counter() - t))
+        t = time.perf_counter()
+        images, labels, weights = (np.asarray(g[k]) for k in ("orig_dataset",
+                                                               "aseg_dataset",
+                                                               "weight_dataset"))
+        load = time.perf_counter() - t
+    t = time.perf_counter()
+    for i in order:
+        torch.from_numpy(np.ascontiguousarray(images[i])), labels[i], weights[i]
+    memory_rate = len(order) / (time.perf_counter() - t)
+    print(f"thick-slice items, {view}, {len(ds)} slices of split {split!r}, shuffled:")
+    print(f"  one subject's derivation (three views)  {one:6.2f} s")
+    print(f"  MRIDataset opening, classes stored       {opening:6.2f} s")
+    print(f"  first batch of 16 (make_dataloader)      {first:6.2f} s = {first / one:.2f}x "
+          "one subject's derivation (goal <= 2x)")
+    print(f"  make_dataloader steady rate              median {statistics.median(rates):7.0f}"
+          f" items/s (range {min(rates):.0f}-{max(rates):.0f}), {batches} batches x3")
+    print(f"  h5py item by item from the export        median "
+          f"{statistics.median(h5_rates):7.0f} items/s (range {min(h5_rates):.0f}-"
+          f"{max(h5_rates):.0f})")
+    print(f"  FastSurfer's way: whole file into memory {load:6.1f} s, then "
+          f"{memory_rate:.0f} items/s")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work-dir", type=Path, default=None)
-    p.add_argument("--subjects", type=int, default=4)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--view", default="coronal")
-    p.add_argument("--items", type=int, default=200)
+    p.add_argument("--subjects", type=int, default=8)
+    p.add_argument("--batches", type=int, default=20)
     args = p.parse_args(argv)
     try:
-        import h5py
+        import h5py  # noqa: F401
     except ImportError:
         print("fastsurfer: skipped, h5py missing (pip install 'mriprep[fastsurfer]')")
         return 0
-    from importlib import resources
-
-    from mriprep.training.thick_slices import ThickSliceDataset
-
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench-fastsurfer-"))
     work.mkdir(parents=True, exist_ok=True)
-    cache = _cache(work, args.subjects, args.workers)
-    n = len(Cache(cache).entries())
-    lut = str(resources.files("mriprep.training.labels") / "fastsurfer_dkt.tsv")
-    ours, serial = work / f"ours_{args.view}.hdf5", work / f"serial_{args.view}.hdf5"
-    for f in (ours, serial):
-        f.unlink(missing_ok=True)
-    t = time.perf_counter()
-    code = cli(["export", str(cache), "-o", str(ours), "--format", "fastsurfer-hdf5",
-                "--view", args.view, "--workers", str(args.workers)])
-    t_ours = time.perf_counter() - t
-    t = time.perf_counter()
-    _serial_generate_hdf5(cache, serial, args.view, lut)
-    t_serial = time.perf_counter() - t
-    print(f"fastsurfer HDF5 export, {n} subjects of {cache}, {args.view} view (exit {code}):")
-    print(f"  mriprep export ({args.workers} workers, checksums)  {t_ours / n:7.2f} s/subject")
-    print(f"  serial generate_hdf5 restated          {t_serial / n:7.2f} s/subject")
-    print(f"  ratio serial / mriprep                 {t_serial / t_ours:7.2f}x")
-    print(f"  HDF5 size: mriprep {ours.stat().st_size / 2**20:.0f} MiB "
-          f"({ours.stat().st_size / 2**20 / n:.0f} MiB/subject), serial "
-          f"{serial.stat().st_size / 2**20:.0f} MiB")
-
-    with h5py.File(ours, "r") as hf:
-        g = hf[next(iter(hf))]
-        slices = len(g["orig_dataset"])
-
-        def from_hdf5(i):
-            return g["orig_dataset"][i], g["aseg_dataset"][i], g["weight_dataset"][i]
-        _items_per_second(from_hdf5, slices, args.items)
-        rate_h5 = _items_per_second(from_hdf5, slices, args.items)
-    t = time.perf_counter()
-    memory = ThickSliceDataset(cache, _split(cache), view=args.view)
-    open_memory = time.perf_counter() - t
-    first_mem = _items_per_second(memory.__getitem__, len(memory), args.items)
-    rate_mem = _items_per_second(memory.__getitem__, len(memory), args.items)
-    t = time.perf_counter()
-    stored = ThickSliceDataset(cache, _split(cache), view=args.view,
-                               derived_dir=work / "derived")
-    open_stored = time.perf_counter() - t
-    _items_per_second(stored.__getitem__, len(stored), args.items)
-    rate_stored = _items_per_second(stored.__getitem__, len(stored), args.items)
-    print(f"thick-slice items ({args.items} in entry order, {args.view}, 7x256x256, "
-          f"second pass unless said):")
-    print(f"  h5py from the HDF5                     {rate_h5:8.0f} items/s")
-    print(f"  Dataset, derived in memory             {rate_mem:8.0f} items/s "
-          f"(opening {open_memory:.1f} s; first pass, deriving weights: {first_mem:.0f}/s)")
-    print(f"  Dataset, derived_dir memory maps       {rate_stored:8.0f} items/s "
-          f"(opening {open_stored:.1f} s: derives and writes what the folder lacks)")
+    subjects = _subjects_dir(work, args.subjects)
+    cache, t_run = _cache(work, subjects)
+    if t_run == t_run:  # not NaN: made in this run
+        print(f"  manifest from-freesurfer + run -p conform_1mm: {t_run:.0f} s for "
+              f"{args.subjects} subjects")
+    ours = _export_section(work, cache, subjects, args.subjects)
+    _loader_section(cache, ours["coronal"], "coronal", args.batches)
     return 0
-
-
-def _split(cache: Path) -> str:
-    """The split with the most entries (the Dataset reads one split)."""
-    splits = [e.split for e in Cache(cache).entries()]
-    return max(set(splits), key=splits.count)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,12 @@ Items are dicts: ``image`` float32 ``[C, X, Y, Z]`` (``[1, px, py, pz]`` in patc
 with the spatial shape and no channel (what ``torch.nn.functional.cross_entropy`` takes)
 when the cache has label maps, ``subject_id``, ``session_id``, the ``affine`` of the
 item's own voxels, and ``location`` (patch start voxel, patch mode) or ``slice_index``
-(slice mode). ``channel_first=True`` gives ``valid`` and ``label`` a channel axis and
-``meta_tensor=True`` makes MONAI MetaTensors of them; :mod:`~mriprep.training.interop`
-has those and the TorchIO side (:func:`to_torchio_subject`, :func:`torchio_subjects`).
+(slice modes). Thick-slice mode (FastSurfer's training items,
+:mod:`~mriprep.training.thick_slices`) gives ``label`` as the classes of a label table
+and adds its ``weight`` map and ``zoom``. ``channel_first=True`` gives ``valid`` and
+``label`` a channel axis and ``meta_tensor=True`` makes MONAI MetaTensors of them;
+:mod:`~mriprep.training.interop` has those and the TorchIO side
+(:func:`to_torchio_subject`, :func:`torchio_subjects`).
 
 How the loader reads, and why
 -----------------------------

@@ -32,7 +32,7 @@ from mriprep.core.errors import CacheError
 from mriprep.core.progress import ProgressBar
 from mriprep.training.buffers import copy_into
 from mriprep.training.labels.derived import DerivedLabels, check_absent_classes
-from mriprep.training.labels.slices import thick_slice, view_axes, view_zoom
+from mriprep.training.labels.slices import neighbours, view_axes, view_zoom
 from mriprep.training.labels.subject import summary_class_weights
 from mriprep.training.labels.table import VIEWS, LabelTable
 from mriprep.training.labels.weights import (
@@ -109,8 +109,11 @@ class ThickSlices:
     def read(self, index: int, out: dict, j: int) -> dict:
         """Item ``index`` into row ``j`` of the batch arrays ``out`` ([B, C, H, W])."""
         e, k = (int(v) for v in self.slices[index])
-        thick = thick_slice(self._map(e, "image"), k, self.context)  # [H, W, 2c+1]
-        copy_into(out["image"][j], np.moveaxis(thick, -1, 0))
+        image = self._map(e, "image")
+        # Each neighbour straight into its channel (edge slices repeat): contiguous
+        # copies, where FastSurfer's [H, W, 2c+1] layout would need a transpose.
+        for c, p in enumerate(neighbours(k, self.context, len(image))):
+            copy_into(out["image"][j, c], image[p])
         classes = self._map(e, "classes")
         copy_into(out["label"][j, 0], classes[k])
         copy_into(out["weight"][j, 0],

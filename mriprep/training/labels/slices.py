@@ -51,16 +51,10 @@ def kept_slices(classes_sliced: np.ndarray, blt: float) -> np.ndarray:
     return np.flatnonzero(sums > blt)
 
 
-def thick_slice(image_sliced: np.ndarray, k: int, thickness: int,
-                out: np.ndarray | None = None) -> np.ndarray:
-    """Slice ``k`` with ``thickness`` neighbours each side as ``[rows, cols, 2t+1]``."""
-    depth = len(image_sliced)
-    picks = np.clip(np.arange(k - thickness, k + thickness + 1), 0, depth - 1)
-    if out is None:
-        out = np.empty(image_sliced.shape[1:] + (len(picks),), dtype=image_sliced.dtype)
-    for c, p in enumerate(picks):
-        out[..., c] = image_sliced[p]
-    return out
+def neighbours(k: int, thickness: int, depth: int) -> np.ndarray:
+    """The slices of slice ``k``'s thick slice: ``thickness`` each side, the edge slice
+    repeated past the volume's edge."""
+    return np.clip(np.arange(k - thickness, k + thickness + 1), 0, depth - 1)
 
 
 def thick_slices(image_sliced: np.ndarray, keep: np.ndarray, thickness: int) -> np.ndarray:
