@@ -178,18 +178,26 @@ def scan_entries(
             local.buffer = bytearray(CHUNK_BYTES)
         return scan_entry(cache, index[key], local.buffer, cast_dtype)
 
-    keys = sorted(index)
-    scans: dict[str, EntryScan] = {}
-    if workers <= 1:
+    return map_in_threads(scan, sorted(index), workers, progress, "mriprep-check")
+
+
+def map_in_threads(work: Callable[[str], Any], keys: list[str], workers: int,
+                   progress: Callable[[int, int], None] | None = None,
+                   name: str = "mriprep-check") -> dict[str, Any]:
+    """``{key: work(key)}``, in ``workers`` threads (the reads and NumPy work release the
+    GIL), calling ``progress(done, total)`` as each finishes."""
+    results: dict[str, Any] = {}
+    if workers <= 1 or len(keys) <= 1:
         for done, key in enumerate(keys, 1):
-            scans[key] = scan(key)
+            results[key] = work(key)
             if progress:
                 progress(done, len(keys))
-        return scans
-    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="mriprep-check") as pool:
-        futures = {pool.submit(scan, key): key for key in keys}
+        return results
+    with concurrent.futures.ThreadPoolExecutor(min(workers, len(keys)),
+                                               thread_name_prefix=name) as pool:
+        futures = {pool.submit(work, key): key for key in keys}
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            scans[futures[future]] = future.result()
+            results[futures[future]] = future.result()
             if progress:
                 progress(done, len(keys))
-    return scans
+    return results

@@ -43,7 +43,6 @@ the derived classes that training keeps (``CACHE/derived``) are neither read nor
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 import time
@@ -54,7 +53,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
-from mriprep.check.entries import EntryScan
+from mriprep.check.entries import EntryScan, map_in_threads
 from mriprep.check.report import by_name
 from mriprep.core.errors import InputError, MriprepError
 from mriprep.core.findings import Finding, named
@@ -238,21 +237,7 @@ def _judge_all(cache, index, scans, table, keys, workers, progress) -> dict[str,
     def one(key: str) -> MapJudgement:
         return judge_map(cache, index[key], table, scans[key].label_counts)
 
-    judged: dict[str, MapJudgement] = {}
-    if workers <= 1 or len(keys) <= 1:
-        for done, key in enumerate(keys, 1):
-            judged[key] = one(key)
-            if progress:
-                progress(done, len(keys))
-        return judged
-    with concurrent.futures.ThreadPoolExecutor(
-            min(workers, len(keys)), thread_name_prefix="mriprep-check-lut") as pool:
-        futures = {pool.submit(one, key): key for key in keys}
-        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            judged[futures[future]] = future.result()
-            if progress:
-                progress(done, len(keys))
-    return judged
+    return map_in_threads(one, keys, workers, progress, "mriprep-check-lut")
 
 
 def _values(judgement: MapJudgement) -> str:

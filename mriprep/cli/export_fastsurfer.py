@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
-from mriprep.core.errors import CacheError
+from mriprep.core.errors import CacheError, cli_words
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.progress import ProgressBar
 
@@ -120,10 +121,14 @@ def run_fastsurfer(args: argparse.Namespace) -> int:
         bar.update_to(done, total)
 
     try:
-        result = export_fastsurfer_hdf5(cache, entries, out, table, options,
-                                        args.workers or default_process_workers(),
-                                        progress=writing, derived_dir=args.derived_dir,
-                                        derive_progress=deriving)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            result = export_fastsurfer_hdf5(cache, entries, out, table, options,
+                                            args.workers or default_process_workers(),
+                                            progress=writing, derived_dir=args.derived_dir,
+                                            derive_progress=deriving)
+        for warning in caught:  # accepted absent classes: a line, not Python's form
+            print(f"mriprep export: warning: {cli_words(warning.message)}", file=sys.stderr)
     except EmptyExportError as exc:
         for problem in exc.problems:
             print(f"mriprep export: {problem}", file=sys.stderr)

@@ -48,6 +48,12 @@ class ProgressBar:
     def _start(self, total: int) -> None:
         from tqdm import tqdm
 
+        # tqdm's monitor thread would make this process multi-threaded, and a pool of
+        # worker processes started after it would have to spawn instead of fork
+        # (mriprep.core.machine.process_context): seconds per worker, and a script
+        # without a __main__ guard run again in each. The bars refresh on update anyway.
+        tqdm.monitor_interval = 0
+
         options = dict(self._options)
         if _columns(self.stream) == 0:
             # Some CI and editor terminals report 0 columns, and tqdm then draws no bar

@@ -121,8 +121,13 @@ class MRIDataset(Dataset):
         Thick-slice mode only; default 50: slices whose class sum is at most this are
         left out, as FastSurfer leaves them out.
     absent_classes : {"error", "allow"}, optional
-        Thick-slice mode only; default ``"error"``: a class of the table that no entry of
-        the split holds is refused, naming the classes (a network never learns them).
+        Thick-slice mode only: a class of the table that no entry of the split holds is
+        refused, naming the classes (a network never learns them), or (``"allow"``)
+        named in a warning. Default: ``"error"`` for the ``"train"`` split, ``"allow"``
+        for the others (a small validation split may lack a rare structure).
+        ``label_rewrites`` then holds the voxels each rule before the lookup rewrote
+        (rule -> voxels), and values the table does not list but counts as background
+        are named in a warning.
     derived_dir : path, optional
         Thick-slice mode only: where the classes derived from the label maps are kept;
         default ``CACHE/derived`` (:mod:`~mriprep.training.labels.derived`). They are
@@ -277,10 +282,12 @@ class MRIDataset(Dataset):
                 blank_slice_threshold=50 if blank_slice_threshold is None
                 else blank_slice_threshold,
                 derived_dir=derived_dir,
-                absent_classes="error" if absent_classes is None else absent_classes,
+                absent_classes=(("error" if split == "train" else "allow")
+                                if absent_classes is None else absent_classes),
                 workers=default_process_workers() if workers is None else workers)
             self.view = self.thick.view
             self.slices = self.thick.slices
+            self.label_rewrites = self.thick.moved
         self._init_runtime()
 
     # -- state that is rebuilt in every process --------------------------------------

@@ -25,13 +25,19 @@ contiguous read in every view and any order of items costs the same.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.core.errors import CacheError
 from mriprep.core.progress import ProgressBar
 from mriprep.training.buffers import copy_into
-from mriprep.training.labels.derived import DerivedLabels, check_absent_classes
+from mriprep.training.labels.derived import (
+    DerivedLabels,
+    check_absent_classes,
+    moved_voxels,
+)
 from mriprep.training.labels.slices import neighbours, view_axes, view_zoom
 from mriprep.training.labels.subject import summary_class_weights
 from mriprep.training.labels.table import VIEWS, LabelTable
@@ -69,15 +75,18 @@ class ThickSlices:
                              f"cannot give classes: {listed}")
         check_absent_classes(table, view, summaries, absent_classes,
                              [e.finding_name for e in entries])
-        self.moved = {}
-        for s in summaries.values():
-            for rule, count in s.moved.items():
-                self.moved[rule] = self.moved.get(rule, 0) + count
         ordered = [summaries[e.key] for e in entries]
+        #: Voxels each rule before the lookup rewrote, over the split (rule -> voxels).
+        self.moved = moved_voxels(ordered)
+        #: Voxels of values the table does not list, counted as background.
+        self.unknown_voxels = sum(s.unknown_voxels for s in ordered)
+        if self.unknown_voxels:
+            warnings.warn(f"{self.unknown_voxels} voxels of split {split!r} hold values the "
+                          f"label table does not list, served as background (class 0)",
+                          stacklevel=4)
         self.class_weight = [summary_class_weights(s, view, weights) for s in ordered]
         rows = [np.stack([np.full(len(keep), e), keep], axis=1)
-                for e, keep in enumerate(np.flatnonzero(s.slice_sums[view] >
-                                                        blank_slice_threshold)
+                for e, keep in enumerate(s.kept(view, blank_slice_threshold)
                                          for s in ordered)]
         self.slices = np.concatenate(rows).astype(np.int64)
         if len(self.slices) == 0:

@@ -122,6 +122,7 @@ def test_a_class_no_subject_holds_writes_nothing_unless_allowed(tmp_path, capsys
     err = capsys.readouterr().err
     assert "WM-hypointensities" in err and "--absent-classes allow" in err
     assert main([*args, "--absent-classes", "allow"]) == 0 and out.exists()
+    assert "warning:" in capsys.readouterr().err  # accepted, still named
 
 
 def test_unknown_region_name_is_a_usage_error(tmp_path, capsys, derived):

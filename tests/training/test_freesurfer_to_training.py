@@ -50,7 +50,7 @@ def test_subjects_dir_to_cache_check_export_and_dataset(quickstart, capsys):
     for split in ("train", "val"):
         out_file = work / f"{split}_coronal.hdf5"
         assert main(["export", str(cache), "-o", str(out_file), "--format",
-                     "fastsurfer-hdf5", "--split", split, "--absent-classes", "allow"]) == 0
+                     "fastsurfer-hdf5", "--split", split]) == 0
 
     # Every cortical voxel of the cached maps (parcels, unknown, Desikan) is a cortical
     # class after the rules, in both subjects: no cortex went to background.
@@ -66,5 +66,5 @@ def test_subjects_dir_to_cache_check_export_and_dataset(quickstart, capsys):
         assert cortex > 100_000 and int(counts[first_cortex:].sum()) == cortex
         assert (counts[first_cortex:] > 0).sum() >= 30   # the parcels, each counted
         ds = MRIDataset(cache, entry.split, mode="thick_slice", view="coronal",
-                        absent_classes="allow")
+                        absent_classes="error")
         assert len(ds) > 100 and int(ds[len(ds) // 2]["label"].max()) >= first_cortex

@@ -153,3 +153,54 @@ def test_dice_with_weight_map():
         DiceLoss()(logits, target, weight_map=-heavy)
     with pytest.raises(ValueError, match="one weight per voxel"):
         CrossEntropyLoss()(logits, target, weight_map=torch.ones(4, 4))
+
+
+def test_worker_processes_read_the_same_batches(coronal):
+    threads = next(iter(make_dataloader(coronal, batch_size=4, num_workers=2, seed=3)))
+    processes = next(iter(make_dataloader(coronal, batch_size=4, num_workers=2, seed=3,
+                                          backend="processes")))
+    for key in ("image", "label", "weight", "valid"):
+        assert torch.equal(threads[key], processes[key])
+
+
+def test_missing_or_outdated_classes_are_derived_again(tmp_path):
+    from mriprep.cache import Cache
+    from mriprep.training.labels.derived import DerivedLabels
+    from tests.training.fastsurfer_cache import SIZE
+
+    root = write_cache(tmp_path / "c", count=2)
+    first = MRIDataset(root, "train", **THICK)
+    store = DerivedLabels(Cache(root), dkt_table())
+    entry = Cache(root).entries()[0]
+    (store.entry_folder(entry) / "axial.npy").unlink()        # a class file gone
+    assert store.summary(entry) is None
+    # The entry rebuilt under its key (`mriprep run --force`) with another label map:
+    # its classes and view copies follow the new map, not the old files.
+    cache = Cache(root)
+    tensors = subject(0)
+    tensors["label"][tensors["label"] == 17] = 2               # no left hippocampus now
+    meta = cache.read_meta(entry.key)
+    cache.update_index([cache.write_entry(entry.key, tensors, meta, replace=True)
+                        .with_split("train")])
+    again = MRIDataset(root, "train", absent_classes="allow", **THICK)
+    hippocampus = dkt_table().class_of_name("Left-Hippocampus", "coronal")
+    rebuilt = Cache(root).entries()[0]
+    assert store.summary(rebuilt).class_counts["coronal"][hippocampus] == 0
+    assert len(again) > 0 and len(first) > 0 and tensors["image"].shape == (SIZE,) * 3
+
+
+def test_prune_removes_derived_data_of_entries_no_longer_indexed(tmp_path):
+    from mriprep.cache import Cache
+    from mriprep.maintenance import apply_prune, plan_prune
+
+    root = write_cache(tmp_path / "c", count=2)
+    MRIDataset(root, "train", **THICK)[0]                      # classes and view copies
+    cache = Cache(root)
+    gone = cache.entries()[1]
+    cache.remove_from_index([gone.key])
+    plan = plan_prune(cache, grace_seconds=0)
+    folders = {r.folder for r in plan.removals if r.key == gone.key}
+    assert {"entries"} < folders and any(f.startswith("derived/") for f in folders)
+    apply_prune(cache, plan)
+    assert not list((root / "derived").rglob(f"{gone.key}*"))
+    assert list((root / "derived").rglob(f"{cache.entries()[0].key}"))

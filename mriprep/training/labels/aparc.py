@@ -103,7 +103,7 @@ def _rewrite(labels: np.ndarray, pairs, moved: dict[str, int]) -> None:
 
 
 def _blurred_choice(labels: np.ndarray, where: np.ndarray, parcels: np.ndarray,
-                    box: tuple[slice, ...]) -> np.ndarray:
+                    box: tuple[slice, ...]) -> tuple[np.ndarray, int]:
     """The winning parcel at the ``where`` voxels of ``box``, from a crop reaching
     ``_RADIUS`` past the box (clipped at the volume's edge).
 
@@ -111,7 +111,8 @@ def _blurred_choice(labels: np.ndarray, where: np.ndarray, parcels: np.ndarray,
     neighbours within the radius: values more than ``_RADIUS`` inside the crop's cut
     faces are bit for bit those of the whole volume, the same numbers summed in the same
     order. Parcels absent from the crop blur to exactly 0 there, so the lowest parcel,
-    which wins every all-zero tie, stands in for them."""
+    which wins every all-zero tie, stands in for them. Also returns how many voxels no
+    parcel's blur reached (the all-zero ties)."""
     crop = tuple(slice(max(0, s.start - _RADIUS), min(n, s.stop + _RADIUS))
                  for s, n in zip(box, labels.shape))
     inner = tuple(slice(s.start - c.start, s.stop - c.start) for s, c in zip(box, crop))
@@ -127,24 +128,26 @@ def _blurred_choice(labels: np.ndarray, where: np.ndarray, parcels: np.ndarray,
         better = values > best
         best[better] = values[better]
         choice[better] = parcel
-    return choice
+    return choice, int(np.count_nonzero(best == 0))
 
 
-def fill_unknown_parcel(labels: np.ndarray, unknown: int, stop: int) -> int:
+def fill_unknown_parcel(labels: np.ndarray, unknown: int, stop: int) -> tuple[int, int]:
     """Give each voxel of ``unknown`` (1000 or 2000) the nearest parcel in
-    ``(unknown, stop)``, in place (module docstring); return the voxels filled.
+    ``(unknown, stop)``, in place (module docstring); return the voxels filled, and how
+    many of them lie beyond the blur's reach (more than 20 voxels from every touching
+    parcel: they take the lowest touching parcel, as FastSurfer's argmax gives them).
 
     Only the unknown voxels' surroundings are blurred: they are grouped into blocks of
     ``_BLOCK`` voxels, touching blocks into boxes, and each box is blurred with a margin
     of the Gaussian's radius (see :func:`_blurred_choice`)."""
     where = labels == unknown
     if not where.any():
-        return 0
+        return 0, 0
     ring = ndimage.binary_dilation(where, ndimage.generate_binary_structure(3, 2)) & ~where
     parcels = np.unique(labels[ring])
     parcels = parcels[(parcels > unknown) & (parcels < stop)]
     if len(parcels) == 0:
-        return 0  # left as it is: the lookup then names the value as unknown
+        return 0, 0  # left as it is: the lookup then names the value as unknown
     coords = np.argwhere(where)
     grid_shape = tuple(-(-n // _BLOCK) for n in labels.shape)
     occupied = np.zeros(grid_shape, dtype=bool)
@@ -156,9 +159,9 @@ def fill_unknown_parcel(labels: np.ndarray, unknown: int, stop: int) -> int:
     # Every box is blurred from the map before the fill, as the whole-volume blur is:
     # the choices are written only when all are made.
     choices = [_blurred_choice(labels, where, parcels, box) for box in boxes]
-    for box, choice in zip(boxes, choices):
+    for box, (choice, _) in zip(boxes, choices):
         labels[box][where[box]] = choice
-    return len(coords)
+    return len(coords), sum(unreached for _, unreached in choices)
 
 
 def _callosum_to_white_matter(labels: np.ndarray) -> int:
@@ -210,16 +213,27 @@ def prepare_labels(labels: np.ndarray, processing: str = "aparc", cortex: str = 
     result.cortex_lost = tuple(lost)
     unknown_before = {u: int(np.count_nonzero(out == u)) for u in (1000, 2000)}
     before_fill = out.copy() if cortex == "fuse" else None
+    desikan = {}
     for value in (v for v in DESIKAN_ONLY if v not in listed):
         mask = out == value
-        count = int(np.count_nonzero(mask))
-        if count:
+        if mask.any():
+            desikan[value] = mask
             out[mask] = 1000 if value < 2000 else 2000
-            moved[f"{value} Desikan-only parcel -> nearest DKT parcel"] = count
     _rewrite(out, _APARC_REWRITES, moved)
     for unknown in (1000, 2000):
-        if fill_unknown_parcel(out, unknown, unknown + 1000) and unknown_before[unknown]:
+        filled, unreached = fill_unknown_parcel(out, unknown, unknown + 1000)
+        ours = {v: m for v, m in desikan.items() if (v >= 2000) == (unknown == 2000)}
+        if not filled:
+            for value, mask in ours.items():  # nothing to fill from: named as they were
+                out[mask] = value
+            continue
+        if unknown_before[unknown]:
             moved[f"{unknown} {_NAMES[unknown]} -> nearest parcel"] = unknown_before[unknown]
+        for value, mask in ours.items():
+            moved[f"{value} Desikan-only parcel -> nearest DKT parcel"] = int(mask.sum())
+        if unreached:
+            moved[f"{unknown} and Desikan-only voxels beyond the fill's reach -> the lowest "
+                  "touching parcel (FastSurfer's argmax)"] = unreached
     if cortex in ("fuse", "fuse_after_fill"):
         decides = before_fill if cortex == "fuse" else out
         kept = np.isin(decides, KEPT_RIGHT)

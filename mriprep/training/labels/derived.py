@@ -12,13 +12,15 @@ fill is shared), and keeps them in the cache folder::
                                      summary.json     per view: voxels per class and the
                                                       class sum of every slice; the
                                                       rules' rewrites; unknown values
-    derived/views/<entry key>/<view>.image.npy       the cached image and valid mask in
-                              <view>.valid.npy       the view's order, for the views read
+    derived/views-v<n>/<key>/<view>.image.<sum>.npy  the cached image and valid mask in
+                             <view>.valid.<sum>.npy  the view's order, for the views read
 
 ``<hash>`` covers the label table (values, names, processing, cortex, unknown, sagittal
 merge) and :data:`DERIVATION_VERSION`, so another table or a changed rule never reads
 old classes. ``summary.json`` is written last and every file atomically: an entry whose
-summary exists is complete. Weights are not stored: a slice's weights follow from its
+summary exists is complete. It records the label tensor's checksum, and the view copies
+carry their tensor's in their names (``<sum>``), so an entry rebuilt under its key is
+derived again. Two processes deriving one entry at once only repeat each other's work. Weights are not stored: a slice's weights follow from its
 classes, its two neighbours' and the class counts (:func:`.weights.slab_weights`), where
 storing them would cost four bytes a voxel. ``mriprep cache prune`` and removing the
 folder are both safe; what is missing is derived again when needed. Sizes per subject:
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,13 +62,19 @@ class EntrySummary:
     moved: dict[str, int]                 # rule -> voxels it rewrote
     unknown_voxels: int
     unknown_values: tuple[int, ...]
+    source: str = ""                      # the label tensor's recorded checksum
+
+    def kept(self, view: str, blank_slice_threshold: float) -> np.ndarray:
+        """The slices of ``view`` whose class sum exceeds the threshold (FastSurfer's
+        blank-slice filter)."""
+        return np.flatnonzero(self.slice_sums[view] > blank_slice_threshold)
 
     def to_json(self) -> str:
         return json.dumps({
             "class_counts": {v: c.tolist() for v, c in self.class_counts.items()},
             "slice_sums": {v: s.tolist() for v, s in self.slice_sums.items()},
             "moved": self.moved, "unknown_voxels": self.unknown_voxels,
-            "unknown_values": list(self.unknown_values)})
+            "unknown_values": list(self.unknown_values), "source": self.source})
 
     @classmethod
     def from_json(cls, text: str) -> "EntrySummary":
@@ -73,7 +82,7 @@ class EntrySummary:
         return cls({v: np.asarray(c, dtype=np.int64) for v, c in doc["class_counts"].items()},
                    {v: np.asarray(s, dtype=np.int64) for v, s in doc["slice_sums"].items()},
                    {k: int(n) for k, n in doc["moved"].items()}, int(doc["unknown_voxels"]),
-                   tuple(int(v) for v in doc["unknown_values"]))
+                   tuple(int(v) for v in doc["unknown_values"]), str(doc.get("source", "")))
 
 
 class DerivedLabels:
@@ -94,21 +103,29 @@ class DerivedLabels:
         base = Path(folder) if folder is not None else cache.root / DERIVED_DIR
         self.hash = hash_json({"table": table.describe(), "version": DERIVATION_VERSION})
         self.root = base / f"labels-{self.hash[:16]}"
+        self.views = base / f"views-v{DERIVATION_VERSION}"
 
     def entry_folder(self, entry: IndexEntry) -> Path:
         self.cache.entry_dir(entry.key)  # refuses a key that is not a digest
         return self.root / entry.key
 
     def summary(self, entry: IndexEntry) -> EntrySummary | None:
-        """The stored summary, or None when the entry is not derived yet."""
-        path = self.entry_folder(entry) / "summary.json"
+        """The stored summary, or None when the entry must be derived (again): never
+        derived, a class file gone, or its label map is not the one it was derived from
+        (an entry rebuilt under its key by ``mriprep run --force``)."""
+        folder = self.entry_folder(entry)
+        path = folder / "summary.json"
         try:
-            return EntrySummary.from_json(path.read_text())
+            summary = EntrySummary.from_json(path.read_text())
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError) as exc:
-            raise CacheError(f"{path} is unreadable ({exc}); remove {path.parent} and it "
-                             "is derived again") from None
+            raise CacheError(f"{path} is unreadable ({exc}); remove {folder} and it is "
+                             "derived again") from None
+        if summary.source != _label_checksum(entry) or not all(
+                (folder / f"{view}.npy").is_file() for view in VIEWS):
+            return None
+        return summary
 
     def classes(self, entry: IndexEntry, view: str) -> np.memmap:
         """The entry's classes of ``view``, in the view's order, memory-mapped."""
@@ -116,21 +133,36 @@ class DerivedLabels:
         try:
             return open_npy(path)
         except FileNotFoundError:
-            raise CacheError(f"{path} is gone (subject {entry.finding_name}); open the "
-                             "dataset or export again to derive it") from None
+            raise CacheError(f"{path} is gone since the dataset was opened (subject "
+                             f"{entry.finding_name}); open it again to derive it") from None
 
     def view_copy(self, entry: IndexEntry, name: str, view: str) -> np.memmap:
-        """The entry's cached tensor ``name`` in ``view``'s order, memory-mapped: written
-        on first use under ``derived/views/`` (it depends on the entry alone, whose key
-        changes with its content). A coronal slice of the cache's own order is a gather
-        over every page of the volume; here it is one contiguous read."""
+        """The entry's cached tensor ``name`` in ``view``'s order, memory-mapped, written
+        on first use under ``derived/views-v<n>/``: a coronal slice of the cache's own
+        order is a gather over every page of the volume, here one contiguous read.
+
+        Raises
+        ------
+        CacheError
+            The folder cannot be written (a read-only cache without ``derived_dir``).
+        """
         self.cache.entry_dir(entry.key)  # refuses a key that is not a digest
-        path = self.root.parent / "views" / entry.key / f"{view}.{name}.npy"
+        record = entry.files.get(name)
+        # Named by the tensor's checksum: an entry rebuilt under its key gets new copies.
+        stamp = (record.xxh3_128 or "unrecorded")[:16] if record else "missing"
+        path = self.views / entry.key / f"{view}.{name}.{stamp}.npy"
         if not path.exists():
             ordered = np.ascontiguousarray(as_view(
                 np.asarray(self.cache.load_tensor(entry.key, name)), view))
-            with atomic_path(path, suffix=".npy") as tmp:
-                np.save(tmp, ordered)
+            try:
+                with atomic_path(path, suffix=".npy") as tmp:
+                    np.save(tmp, ordered)
+            except OSError as exc:
+                raise CacheError(f"cannot write {path} ({exc.strerror}); give a writable "
+                                 "folder with derived_dir=DIR") from None
+            for old in path.parent.glob(f"{view}.{name}.*.npy"):
+                if old != path:  # the copy of the tensor as it was before a rebuild
+                    old.unlink(missing_ok=True)
         return open_npy(path)
 
     def ensure(self, entries: Sequence[IndexEntry], workers: int = 1,
@@ -189,9 +221,14 @@ def derive_entry(store: DerivedLabels, entry: IndexEntry) -> EntrySummary:
         counts[view] = np.bincount(ordered.ravel(), minlength=table.num_classes(view))
         sums[view] = ordered.reshape(len(ordered), -1).sum(axis=1, dtype=np.int64)
     summary = EntrySummary(counts, sums, dict(prepared.moved), unknown_voxels,
-                           unknown_values)
+                           unknown_values, _label_checksum(entry))
     write_text(folder / "summary.json", summary.to_json())
     return summary
+
+
+def _label_checksum(entry: IndexEntry) -> str:
+    record = entry.files.get("label")
+    return (record.xxh3_128 or "") if record else ""
 
 
 def _one(store: DerivedLabels, entry: IndexEntry) -> EntrySummary | str:
@@ -231,21 +268,25 @@ def check_absent_classes(table: LabelTable, view: str, summaries: dict[str, Entr
                          policy: str, subjects: Sequence[str]) -> list[str]:
     """Refuse (``policy="error"``) classes of ``view`` that no subject holds: the network
     would never learn them, and a class count that shrinks without a word is how a
-    cohort's whole cortex went missing before. Return their names (``"allow"``)."""
+    cohort's whole cortex went missing before. With ``"allow"`` a warning names them.
+    Return their names."""
     if policy not in ABSENT_CLASSES:
         raise ValueError(f"absent_classes={policy!r}; choose one of {ABSENT_CLASSES}")
     if not summaries:
         return []
     names = absent_classes(table, view, summaries)
-    if names and policy == "error":
-        shown = ", ".join(subjects[:8]) + (f", ... ({len(subjects) - 8} more)"
-                                           if len(subjects) > 8 else "")
-        raise CacheError(
-            f"{len(names)} of the {table.num_classes(view) - 1} classes of the {view} view "
+    if not names:
+        return names
+    shown = ", ".join(subjects[:8]) + (f", ... ({len(subjects) - 8} more)"
+                                       if len(subjects) > 8 else "")
+    what = (f"{len(names)} of the {table.num_classes(view) - 1} classes of the {view} view "
             f"(label table {table.lut.source or '(in memory)'}) are absent from all "
-            f"{len(summaries)} subjects ({shown}): {', '.join(names)}. Check the "
-            "segmentations (aseg.mgz has no cortical parcels), use a label table without "
-            "these classes, or accept it with absent_classes=allow")
+            f"{len(summaries)} subjects ({shown}): {', '.join(names)}")
+    if policy == "error":
+        raise CacheError(
+            f"{what}. Check the segmentations (aseg.mgz has no cortical parcels), use a "
+            "label table without these classes, or accept it with absent_classes=allow")
+    warnings.warn(f"{what}; accepted (absent_classes=allow)", stacklevel=3)
     return names
 
 

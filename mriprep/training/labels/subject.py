@@ -1,10 +1,10 @@
 """One subject as FastSurfer's training data: classes, weights and thick slices of a view.
 
-:func:`derive` turns a (image, FreeSurfer labels) pair in memory into the class map and
-weight map of one view, both in the cache's voxel order; :func:`slices_of` cuts them into
-what FastSurfer's HDF5 holds per slice. :func:`stored_slices` does the same from the
-classes a cache keeps (:mod:`.derived`), which the HDF5 export and the thick-slice items
-of ``MRIDataset`` both read, so they cannot disagree.
+:func:`stored_slices` cuts the classes a cache keeps (:mod:`.derived`) into what
+FastSurfer's HDF5 holds per slice: the export writes them, and the thick-slice items of
+``MRIDataset`` read the same classes and weights, so the two cannot disagree.
+:func:`derive` and :func:`slices_of` do the same for a (image, FreeSurfer labels) pair
+in memory, without a cache (the tests hold them against FastSurfer's functions).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def stored_slices(image: np.ndarray, classes: np.ndarray, summary: EntrySummary,
                   blt: float = 50) -> SubjectSlices:
     """:func:`slices_of` for stored classes (already in ``view``'s order) and their
     summary: the weights from the whole volume's class counts, as :func:`derive`'s."""
-    keep = np.flatnonzero(summary.slice_sums[view] > blt)
+    keep = summary.kept(view, blt)
     weights = weight_map(np.asarray(classes), table.num_classes(view), options,
                          ctx_thresh=cortex_threshold(table, view),
                          region_factors=region_factors_for(table, view,
