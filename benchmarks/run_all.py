@@ -34,7 +34,7 @@ def _bench(name: str):
 
 SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
             "loader", "storage", "guards", "augment", "training", "check", "identity", "scale",
-            "fastsurfer")
+            "fastsurfer", "labels")
 
 
 def _sections(cohort: Path, work: Path) -> dict:
@@ -57,6 +57,7 @@ def _sections(cohort: Path, work: Path) -> dict:
         "scale": lambda: _bench("bench_scale").main(["--work-dir", str(work / "scale")]),
         "fastsurfer": lambda: _bench("bench_fastsurfer").main(
             ["--work-dir", str(work / "fastsurfer")]),
+        "labels": lambda: _bench("bench_labels").main([]),
     }
 
 

@@ -21,6 +21,10 @@ is found here first, on the cache as it is:
     ``lut-absent-allowed`` warning with ``absent_classes="allow"``. The maps counted are
     those the table can map (unknown values count as background); a map whose cortex
     would be lost is left out, as training leaves it out.
+``label-side-swap`` (error, per label map)
+    left/right pairs of the table on the wrong side of the head in world coordinates
+    (:mod:`mriprep.check.label_sides`): a mirrored map, swapped hemispheres, or swapped
+    structures.
 ``lut-rewrites`` (info, per rule)
     the voxels each rule rewrote over the cohort, and the label maps with the most, so
     that nothing is mapped away unseen.
@@ -54,6 +58,7 @@ import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.check.entries import EntryScan, map_in_threads
+from mriprep.check.label_sides import SideReading, read_sides, side_pairs
 from mriprep.check.report import by_name
 from mriprep.core.errors import InputError, MriprepError
 from mriprep.core.findings import Finding, named
@@ -100,6 +105,7 @@ class MapJudgement:
     negative: bool = False
     cortex_lost: str | None = None   # the table's reason
     unreadable: str | None = None
+    sides: SideReading | None = None  # where its left/right pairs lie
 
 
 def table_source(table: ClassTable) -> str:
@@ -131,6 +137,10 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
     except (MriprepError, OSError, ValueError) as exc:
         result.unreadable = f"{type(exc).__name__}: {exc}"
         return result
+    if entry.affine is not None:
+        present = [v for v, c in label_counts.items() if c > 0]
+        result.sides = read_sides(labels, entry.affine,
+                                  side_pairs(table.lut.ids, table.lut.names, present))
     try:
         prepared = table.prepare(labels)
     except InputError as exc:  # cortex without parcels (negative values are above)
@@ -258,6 +268,19 @@ def _map_findings(entry: IndexEntry, judgement: MapJudgement,
                         f"{name}: {entry.files['label'].file} cannot be read for the label "
                         f"table check ({judgement.unreadable}); rebuild the entry with "
                         "`mriprep run --force`", *where)]
+    found = []
+    verdict = judgement.sides.verdict() if judgement.sides is not None else None
+    if verdict is not None:
+        found.append(Finding(
+            "label-side-swap",
+            f"{name}: {verdict} (offsets in world x, right minus left; every clean map's "
+            "are positive). Check the label map's affine against its image, and the "
+            "labelling tool's left/right numbering", *where))
+    return found + _value_findings(name, where, judgement, table)
+
+
+def _value_findings(name: str, where: tuple, judgement: MapJudgement,
+                    table: ClassTable) -> list[Finding]:
     if judgement.cortex_lost is not None:
         return [Finding("lut-cortex-lost", f"{name}: {judgement.cortex_lost}", *where)]
     if not judgement.unknown_values:

@@ -154,6 +154,13 @@ _REGISTRY = (
                                      "them class 0",
         "none needed if meant; else add the values to the table"),
     FindingCode(
+        "label-side-swap", E, "left/right pairs of the label table (Left-X/Right-X, "
+                              "ctx-lh/ctx-rh parcels) lie on the wrong side of the head "
+                              "in world coordinates: a map mirrored against its image, or "
+                              "swapped hemispheres or structures",
+        "check the label map's affine against its image and the labelling tool's "
+        "left/right numbering; regenerate or relabel the map"),
+    FindingCode(
         "lut-cortex-lost", E, "a label map has cerebral cortex (3/42) but no cortical "
                               "parcels (1000-2999): the aparc rules would send all its "
                               "cortex to background (an aseg.mgz)",

@@ -271,3 +271,37 @@ def test_class_counts_of_the_distinct_values_equal_a_lookup_of_the_whole_map():
         whole = np.bincount(mapped.classes.ravel(), minlength=table.num_classes(view))
         assert np.array_equal(counts[view], whole)
     assert voxels["unknown"] == [5001] and voxels["count"][5001] == 9
+
+
+def _swap(a: int, b: int):
+    def edit(labels: np.ndarray) -> None:
+        first, second = labels == a, labels == b
+        labels[first], labels[second] = b, a
+    return edit
+
+
+def _mirrored(labels: np.ndarray) -> None:
+    labels[:] = np.flip(labels, 0)  # axis 0 runs left-right in the cache's LIA order
+
+
+def _hemispheres(labels: np.ndarray) -> None:
+    left, right = (labels > 1000) & (labels < 2000), labels > 2000
+    labels[left] += 1000
+    labels[right] -= 1000
+
+
+@pytest.mark.parametrize("edit, says", [
+    (_mirrored, "the whole map is mirrored"),
+    (_hemispheres, "parcel numbers (1xxx, 2xxx) are swapped"),
+    (_swap(17, 53), "1 left/right pair(s) lie on the wrong side: Hippocampus"),
+], ids=["mirrored", "hemispheres", "one-structure"])
+def test_left_and_right_on_the_wrong_side_are_named(tmp_path, edit, says):
+    root = cache_with(tmp_path / "c", {1: edit})
+    found = by_code(chk.check_cache(root, label_table=dkt_table(), workers=1),
+                    "label-side-swap")
+    assert len(found) == 1 and "sub-01" in found[0].message and says in found[0].message
+    assert found[0].severity == Severity.ERROR
+
+
+def test_clean_maps_have_every_pair_on_its_side(mixed_report):
+    assert not by_code(mixed_report, "label-side-swap")

@@ -1,0 +1,35 @@
+"""``label-side-swap`` on three synthetic people (issue 45): each clean map passes, and a
+mirrored map, swapped hemispheres and one swapped structure are each named as such.
+The people are scanned on their own 1 mm grids in random poses: seconds each, so the
+calibration tier (``make test-calibration``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mriprep.check.label_sides import read_sides, side_pairs
+from mriprep.demo.freesurfer_cohort import scanned_person
+from mriprep.training.labels import dkt_table
+
+pytestmark = pytest.mark.calibration
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_each_person_clean_and_swapped(index):
+    _, labels, affine = scanned_person(11, index, medial_unknown=True)
+    table = dkt_table()
+    pairs = side_pairs(table.ids, table.names, np.unique(labels))
+    clean = read_sides(labels, affine, pairs)
+    assert len(clean.offsets) >= 40 and clean.verdict() is None
+    assert min(clean.offsets.values()) > 5  # mm: every pair well on its own side
+    lr = int(np.argmax(np.abs(affine[0, :3])))
+    assert "mirrored" in read_sides(np.flip(labels, lr), affine, pairs).verdict()
+    hemispheres = labels.copy()
+    hemispheres[(labels > 1000) & (labels < 2000)] += 1000
+    hemispheres[labels > 2000] -= 1000
+    assert "(1xxx, 2xxx) are swapped" in read_sides(hemispheres, affine, pairs).verdict()
+    one = labels.copy()
+    one[labels == 18], one[labels == 54] = 54, 18          # the amygdalae
+    verdict = read_sides(one, affine, pairs).verdict()
+    assert verdict.startswith("1 left/right pair(s)") and "Amygdala" in verdict
