@@ -12,6 +12,8 @@ item per kept slice of every entry:
     weight       float32 [H, W]        its weights (as over the whole volume)
     valid        bool    [H, W]        the cache's valid mask of the slice
     zoom         float32 [2]           in-plane voxel size (FastSurfer's zoom)
+    affine       float64 [4, 4]        the slice as a one-voxel-thick volume: its axes
+                                       (row, column, slice) in world millimetres
     subject_id, session_id, slice_index
 
 The slices, their order and their values equal the FastSurfer HDF5 that ``mriprep export

@@ -204,3 +204,16 @@ def test_prune_removes_derived_data_of_entries_no_longer_indexed(tmp_path):
     apply_prune(cache, plan)
     assert not list((root / "derived").rglob(f"{gone.key}*"))
     assert list((root / "derived").rglob(f"{cache.entries()[0].key}"))
+
+
+def test_item_affine_places_its_voxels_where_the_cache_does(coronal):
+    from mriprep.training.labels.slices import VIEW_AXES
+
+    index = len(coronal) // 3
+    entry, k = (int(v) for v in coronal.slices[index])
+    item = coronal[index]
+    slice_axis, rows, cols = VIEW_AXES["coronal"]
+    voxel = [0, 0, 0]
+    voxel[slice_axis], voxel[rows], voxel[cols] = k, 10, 20
+    np.testing.assert_allclose(item["affine"].numpy() @ [10, 20, 0, 1],
+                               np.asarray(coronal.entries[entry].affine) @ [*voxel, 1])
