@@ -3,7 +3,6 @@ to give them, and exits with a code of its own; the cache's error gives the righ
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -12,15 +11,7 @@ import pytest
 from mriprep.cache import Cache, entry_key
 from mriprep.core.errors import CacheError
 from mriprep.core.exit_codes import ExitCode
-
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_2p5d.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("train_2p5d_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.examples.scripts import load_example
 
 
 @pytest.fixture()
@@ -47,7 +38,7 @@ def unlabelled(tmp_path) -> Path:
 
 def test_training_without_label_maps_stops_at_start_naming_the_label_column(
         unlabelled, capsys):
-    script = _script()
+    script = load_example("train_2p5d")
     code = script.main([str(unlabelled), "--epochs", "1", "--workers", "0"])
     err = capsys.readouterr().err
     assert code == script.EXIT_NO_LABELS == 4

@@ -3,22 +3,13 @@ their classes, weights and mirror, through make_dataloader, with finite losses."
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from mriprep.cache import Cache
+from tests.examples.scripts import load_example
 from tests.training.fastsurfer_cache import write_cache
-
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_fastsurfer.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("train_fastsurfer_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +22,8 @@ def cache(tmp_path_factory) -> Path:
 
 
 def test_trains_every_view_with_finite_losses(cache, capsys):
-    code = _script().main([str(cache), "--epochs", "1", "--steps", "2", "--batch-size", "4",
-                           "--width", "8"])
+    code = load_example("train_fastsurfer").main(
+        [str(cache), "--epochs", "1", "--steps", "2", "--batch-size", "4", "--width", "8"])
     out = capsys.readouterr().out
     assert code == 0, out
     for view, classes in (("coronal", 79), ("axial", 79), ("sagittal", 51)):
@@ -45,6 +36,7 @@ def test_a_class_no_subject_holds_stops_it_naming_the_classes(tmp_path, capsys):
     def edit(i, tensors):
         tensors["label"][tensors["label"] == 77] = 2
     root = write_cache(tmp_path / "cache", count=2, edit=edit)
-    code = _script().main([str(root), "--views", "axial", "--epochs", "1", "--steps", "1"])
+    code = load_example("train_fastsurfer").main(
+        [str(root), "--views", "axial", "--epochs", "1", "--steps", "1"])
     err = capsys.readouterr().err
     assert code == 1 and "absent from all 2 subjects" in err and "WM-hypointensities" in err
