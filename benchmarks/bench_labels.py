@@ -1,5 +1,11 @@
 """Label-map checks against planted defects (issue 45), measured on synthetic people.
 
+``label-misfit`` (:mod:`mriprep.check.label_fit`): the separation of white matter from
+cortex where the map lies, and the gain of the best move of one or two voxels, on clean
+maps against the maps moved by 1, 2 and 4 mm along each axis and another person's map
+(the next person's labels on this one's grid); thresholds :data:`MAX_GAIN` (moved) and
+:data:`MIN_SEPARATION` (another person's).
+
 ``label-side-swap`` (:mod:`mriprep.check.label_sides`): each left/right pair's offset,
 the right centroid's world x minus the left one's, on clean maps against the same maps
 mirrored, with their hemispheres' parcel numbers swapped, and with one structure's
@@ -26,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mriprep.check.label_fit import MAX_GAIN, MIN_SEPARATION, read_fit  # noqa: E402
 from mriprep.check.label_sides import read_sides, side_pairs  # noqa: E402
 from mriprep.demo.freesurfer_cohort import scanned_person  # noqa: E402
 from mriprep.training.labels import dkt_table  # noqa: E402
@@ -53,9 +60,10 @@ def main(argv=None) -> int:
     p.add_argument("--people", type=int, default=6)
     args = p.parse_args(argv)
     table = dkt_table()
-    rows, costs = [], []
+    rows, costs, people = [], [], []
     for i in range(args.people):
         image, labels, affine = scanned_person(7, 40 + i, medial_unknown=True)
+        people.append((image, labels, affine))
         pairs = side_pairs(table.ids, table.names, np.unique(labels))
         t = time.perf_counter()
         clean = read_sides(labels, affine, pairs)
@@ -86,7 +94,41 @@ def main(argv=None) -> int:
           f"{max(hippocampus):+6.1f} mm")
     print(f"  cost per map (1 mm scan grid, about 10 million voxels): median "
           f"{statistics.median(costs):.3f} s (range {min(costs):.3f}-{max(costs):.3f})")
+    _misfit(people)
     return 0
+
+
+def _misfit(people) -> None:
+    clean, moved, other, costs = [], {1: [], 2: [], 4: []}, [], []
+    for i, (image, labels, _) in enumerate(people):
+        t = time.perf_counter()
+        reading = read_fit(image, labels)
+        costs.append(time.perf_counter() - t)
+        clean.append(reading)
+        for mm in moved:
+            for axis in range(3):
+                moved[mm].append(read_fit(image, np.roll(labels, mm, axis=axis)))
+        theirs = people[(i + 1) % len(people)][1]
+        foreign = np.zeros_like(labels)
+        box = tuple(slice(0, min(a, b)) for a, b in zip(labels.shape, theirs.shape))
+        foreign[box] = theirs[box]
+        other.append(read_fit(image, foreign))
+
+    def span(values):
+        return f"{min(values):.3f} .. {max(values):.3f}"
+
+    named = lambda readings: sum(r.verdict() is not None for r in readings)  # noqa: E731
+    print(f"label-misfit, {len(people)} people (moved: each axis), thresholds gain > "
+          f"{MAX_GAIN}, separation < {MIN_SEPARATION}:")
+    print(f"  clean maps            gain {span([r.gain for r in clean])}, separation "
+          f"{span([r.here for r in clean])}; named {named(clean)} of {len(clean)}")
+    for mm, readings in moved.items():
+        print(f"  moved {mm} mm            gain {span([r.gain for r in readings])}; named "
+              f"{named(readings)} of {len(readings)}")
+    print(f"  another person's map  gain {span([r.gain for r in other])}, separation "
+          f"{span([r.here for r in other])}; named {named(other)} of {len(other)}")
+    print(f"  cost per map: median {statistics.median(costs):.3f} s (range "
+          f"{min(costs):.3f}-{max(costs):.3f})")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ is found here first, on the cache as it is:
     left/right pairs of the table on the wrong side of the head in world coordinates
     (:mod:`mriprep.check.label_sides`): a mirrored map, swapped hemispheres, or swapped
     structures.
+``label-misfit`` (warning, per label map)
+    the map does not lie on its image: white matter and cortex separate better with the
+    map moved by a voxel or two, or hardly at all (another person's map;
+    :mod:`mriprep.check.label_fit`).
 ``lut-rewrites`` (info, per rule)
     the voxels each rule rewrote over the cohort, and the label maps with the most, so
     that nothing is mapped away unseen.
@@ -58,6 +62,7 @@ import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.check.entries import EntryScan, map_in_threads
+from mriprep.check.label_fit import FitReading, read_fit
 from mriprep.check.label_sides import SideReading, read_sides, side_pairs
 from mriprep.check.report import by_name
 from mriprep.core.errors import InputError, MriprepError
@@ -106,6 +111,7 @@ class MapJudgement:
     cortex_lost: str | None = None   # the table's reason
     unreadable: str | None = None
     sides: SideReading | None = None  # where its left/right pairs lie
+    fit: FitReading | None = None     # how it lies on its image
 
 
 def table_source(table: ClassTable) -> str:
@@ -141,6 +147,12 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
         present = [v for v, c in label_counts.items() if c > 0]
         result.sides = read_sides(labels, entry.affine,
                                   side_pairs(table.lut.ids, table.lut.names, present))
+    try:
+        image = cache.load_tensor(entry.key, "image")
+    except (MriprepError, OSError, ValueError):
+        image = None  # the tensor pass reports an unreadable image
+    if image is not None and np.shape(image) == labels.shape:
+        result.fit = read_fit(image, labels)
     try:
         prepared = table.prepare(labels)
     except InputError as exc:  # cortex without parcels (negative values are above)
@@ -276,6 +288,11 @@ def _map_findings(entry: IndexEntry, judgement: MapJudgement,
             f"{name}: {verdict} (offsets in world x, right minus left; every clean map's "
             "are positive). Check the label map's affine against its image, and the "
             "labelling tool's left/right numbering", *where))
+    misfit = judgement.fit.verdict() if judgement.fit is not None else None
+    if misfit is not None:
+        found.append(Finding(
+            "label-misfit", f"{name}: {misfit}. Check that the label map belongs to this "
+            "image and was resampled with its affine", *where))
     return found + _value_findings(name, where, judgement, table)
 
 

@@ -161,6 +161,12 @@ _REGISTRY = (
         "check the label map's affine against its image and the labelling tool's "
         "left/right numbering; regenerate or relabel the map"),
     FindingCode(
+        "label-misfit", W, "the label map does not lie on its image: cerebral white "
+                           "matter and cortex separate better with the map moved by a "
+                           "voxel or two, or hardly at all (another person's map)",
+        "check that the label map belongs to this image and was resampled with its "
+        "affine; regenerate it from this image"),
+    FindingCode(
         "lut-cortex-lost", E, "a label map has cerebral cortex (3/42) but no cortical "
                               "parcels (1000-2999): the aparc rules would send all its "
                               "cortex to background (an aseg.mgz)",

@@ -75,8 +75,9 @@ class ThickSlices:
             listed = "; ".join(problems[e.key] for e in entries if e.key in problems)
             raise CacheError(f"{len(problems)} of {len(entries)} entries of split {split!r} "
                              f"cannot give classes: {listed}")
+        # The warning points at the caller of MRIDataset.
         check_absent_classes(table, view, summaries, absent_classes,
-                             [e.finding_name for e in entries])
+                             [e.finding_name for e in entries], stacklevel=4)
         ordered = [summaries[e.key] for e in entries]
         #: Voxels each rule before the lookup rewrote, over the split (rule -> voxels).
         self.moved = moved_voxels(ordered)

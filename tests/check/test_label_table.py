@@ -305,3 +305,19 @@ def test_left_and_right_on_the_wrong_side_are_named(tmp_path, edit, says):
 
 def test_clean_maps_have_every_pair_on_its_side(mixed_report):
     assert not by_code(mixed_report, "label-side-swap")
+
+
+def _moved(voxels: int):
+    def edit(labels: np.ndarray) -> None:
+        labels[:] = np.roll(labels, voxels, axis=1)
+    return edit
+
+
+def test_a_map_moved_against_its_image_is_named(tmp_path, mixed_report):
+    assert not by_code(mixed_report, "label-misfit")     # the clean maps lie on theirs
+    root = cache_with(tmp_path / "c", {1: _moved(2)})
+    found = by_code(chk.check_cache(root, label_table=dkt_table(), workers=1),
+                    "label-misfit")
+    assert len(found) == 1 and "sub-01" in found[0].message
+    assert "moved by (+0, -2, +0) voxels" in found[0].message
+    assert found[0].severity == Severity.WARNING

@@ -101,8 +101,12 @@ def test_a_class_no_subject_holds_is_refused_by_name(tmp_path):
     with pytest.raises(CacheError, match=r"1 of the 78 classes of the coronal view .* "
                        r"absent from all 2 subjects \(sub-00 .*\): WM-hypointensities"):
         MRIDataset(root, "train", mode="thick_slice")
-    allowed = MRIDataset(root, "train", mode="thick_slice", absent_classes="allow")
-    assert len(allowed) > 0
+    with pytest.warns(UserWarning, match="WM-hypointensities; accepted") as caught:
+        allowed = MRIDataset(root, "train", mode="thick_slice", absent_classes="allow")
+    assert len(allowed) > 0 and caught[0].filename == __file__
+    val = write_cache(tmp_path / "v", count=2, split="val", edit=_without_hypointensities)
+    with pytest.warns(UserWarning, match="WM-hypointensities"):  # other splits: warned
+        assert len(MRIDataset(val, "val", mode="thick_slice")) > 0
 
 
 def test_blank_threshold_and_context_options(coronal, tmp_path):

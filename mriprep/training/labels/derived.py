@@ -265,7 +265,8 @@ ABSENT_CLASSES = ("error", "allow")
 
 
 def check_absent_classes(table: LabelTable, view: str, summaries: dict[str, EntrySummary],
-                         policy: str, subjects: Sequence[str]) -> list[str]:
+                         policy: str, subjects: Sequence[str],
+                         stacklevel: int = 3) -> list[str]:
     """Refuse (``policy="error"``) classes of ``view`` that no subject holds: the network
     would never learn them, and a class count that shrinks without a word is how a
     cohort's whole cortex went missing before. With ``"allow"`` a warning names them.
@@ -286,7 +287,7 @@ def check_absent_classes(table: LabelTable, view: str, summaries: dict[str, Entr
         raise CacheError(
             f"{what}. Check the segmentations (aseg.mgz has no cortical parcels), use a "
             "label table without these classes, or accept it with absent_classes=allow")
-    warnings.warn(f"{what}; accepted (absent_classes=allow)", stacklevel=3)
+    warnings.warn(f"{what}; accepted (absent_classes=allow)", stacklevel=stacklevel)
     return names
 
 

@@ -1,5 +1,6 @@
-"""``label-side-swap`` on three synthetic people (issue 45): each clean map passes, and a
-mirrored map, swapped hemispheres and one swapped structure are each named as such.
+"""``label-side-swap`` and ``label-misfit`` on three synthetic people (issue 45): each clean
+map passes; a mirrored map, swapped hemispheres and one swapped structure are each named
+as such; a map moved by 1, 2 or 4 mm, and another person's map, do not fit.
 The people are scanned on their own 1 mm grids in random poses: seconds each, so the
 calibration tier (``make test-calibration``)."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mriprep.check.label_fit import read_fit
 from mriprep.check.label_sides import read_sides, side_pairs
 from mriprep.demo.freesurfer_cohort import scanned_person
 from mriprep.training.labels import dkt_table
@@ -33,3 +35,17 @@ def test_each_person_clean_and_swapped(index):
     one[labels == 18], one[labels == 54] = 54, 18          # the amygdalae
     verdict = read_sides(one, affine, pairs).verdict()
     assert verdict.startswith("1 left/right pair(s)") and "Amygdala" in verdict
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_each_person_fits_its_image_and_moved_maps_do_not(index):
+    image, labels, _ = scanned_person(11, index, medial_unknown=True)
+    assert read_fit(image, labels).verdict() is None
+    for mm, axis in ((1, 0), (2, 1), (4, 2)):
+        moved = read_fit(image, np.roll(labels, mm, axis=axis))
+        assert "does not lie on its image" in moved.verdict()
+    _, theirs, _ = scanned_person(11, index + 3, medial_unknown=True)
+    foreign = np.zeros_like(labels)
+    box = tuple(slice(0, min(a, b)) for a, b in zip(labels.shape, theirs.shape))
+    foreign[box] = theirs[box]
+    assert read_fit(image, foreign).verdict() is not None
