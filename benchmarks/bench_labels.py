@@ -6,6 +6,11 @@ maps against the maps moved by 1, 2 and 4 mm along each axis and another person'
 (the next person's labels on this one's grid); thresholds :data:`MAX_GAIN` (moved) and
 :data:`MIN_SEPARATION` (another person's).
 
+``label-off-anatomy`` (:mod:`mriprep.check.label_anatomy`): labelled volume where the
+image shows no head, on clean maps (also with the image skull-stripped and defaced)
+against maps with a planted 10 mm and 6 mm cube of labels in the background; threshold
+:data:`MAX_OUTSIDE_MM3`.
+
 ``label-side-swap`` (:mod:`mriprep.check.label_sides`): each left/right pair's offset,
 the right centroid's world x minus the left one's, on clean maps against the same maps
 mirrored, with their hemispheres' parcel numbers swapped, and with one structure's
@@ -32,6 +37,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scipy import ndimage  # noqa: E402
+
+from mriprep.check.label_anatomy import MAX_OUTSIDE_MM3, read_anatomy  # noqa: E402
 from mriprep.check.label_fit import MAX_GAIN, MIN_SEPARATION, read_fit  # noqa: E402
 from mriprep.check.label_sides import read_sides, side_pairs  # noqa: E402
 from mriprep.demo.freesurfer_cohort import scanned_person  # noqa: E402
@@ -95,7 +103,37 @@ def main(argv=None) -> int:
     print(f"  cost per map (1 mm scan grid, about 10 million voxels): median "
           f"{statistics.median(costs):.3f} s (range {min(costs):.3f}-{max(costs):.3f})")
     _misfit(people)
+    _off_anatomy(people)
     return 0
+
+
+def _off_anatomy(people) -> None:
+    rows = {"clean": [], "skull-stripped": [], "defaced": [], "cube 10 mm": [],
+            "cube 6 mm": []}
+    costs = []
+    for image, labels, affine in people:
+        voxel = float(abs(np.linalg.det(affine[:3, :3])))
+        t = time.perf_counter()
+        rows["clean"].append(read_anatomy(image, labels, voxel))
+        costs.append(time.perf_counter() - t)
+        brain = ndimage.binary_dilation(labels > 0, iterations=1)
+        rows["skull-stripped"].append(read_anatomy(image * brain, labels, voxel))
+        faceless = image.copy()
+        faceless[:, int(image.shape[1] * 0.75):, :int(image.shape[2] * 0.4)] = 0
+        rows["defaced"].append(read_anatomy(faceless, labels, voxel))
+        for side, name in ((10, "cube 10 mm"), (6, "cube 6 mm")):
+            planted = labels.copy()
+            planted[4:4 + side, 4:4 + side, 4:4 + side] = 17
+            rows[name].append(read_anatomy(image, planted, voxel))
+    print(f"label-off-anatomy, {len(people)} people, threshold {MAX_OUTSIDE_MM3:.0f} mm^3 "
+          "of labels outside the head:")
+    for name, readings in rows.items():
+        values = [r.outside_mm3 for r in readings]
+        named = sum(r.verdict() is not None for r in readings)
+        print(f"  {name:15s} {min(values):7.0f} .. {max(values):7.0f} mm^3; named {named} "
+              f"of {len(readings)}")
+    print(f"  cost per map: median {statistics.median(costs):.3f} s (range "
+          f"{min(costs):.3f}-{max(costs):.3f})")
 
 
 def _misfit(people) -> None:

@@ -25,6 +25,8 @@ is found here first, on the cache as it is:
     left/right pairs of the table on the wrong side of the head in world coordinates
     (:mod:`mriprep.check.label_sides`): a mirrored map, swapped hemispheres, or swapped
     structures.
+``label-off-anatomy`` (warning, per label map)
+    labels where the image shows no head (:mod:`mriprep.check.label_anatomy`).
 ``label-misfit`` (warning, per label map)
     the map does not lie on its image: white matter and cortex separate better with the
     map moved by a voxel or two, or hardly at all (another person's map;
@@ -62,6 +64,7 @@ import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.check.entries import EntryScan, map_in_threads
+from mriprep.check.label_anatomy import AnatomyReading, read_anatomy
 from mriprep.check.label_fit import FitReading, read_fit
 from mriprep.check.label_sides import SideReading, read_sides, side_pairs
 from mriprep.check.report import by_name
@@ -112,6 +115,7 @@ class MapJudgement:
     unreadable: str | None = None
     sides: SideReading | None = None  # where its left/right pairs lie
     fit: FitReading | None = None     # how it lies on its image
+    anatomy: AnatomyReading | None = None  # labels where the image shows no head
 
 
 def table_source(table: ClassTable) -> str:
@@ -153,6 +157,8 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
         image = None  # the tensor pass reports an unreadable image
     if image is not None and np.shape(image) == labels.shape:
         result.fit = read_fit(image, labels)
+        voxel_mm3 = float(np.prod(entry.spacing)) if entry.spacing is not None else 1.0
+        result.anatomy = read_anatomy(image, labels, voxel_mm3)
     try:
         prepared = table.prepare(labels)
     except InputError as exc:  # cortex without parcels (negative values are above)
@@ -288,6 +294,11 @@ def _map_findings(entry: IndexEntry, judgement: MapJudgement,
             f"{name}: {verdict} (offsets in world x, right minus left; every clean map's "
             "are positive). Check the label map's affine against its image, and the "
             "labelling tool's left/right numbering", *where))
+    off = judgement.anatomy.verdict() if judgement.anatomy is not None else None
+    if off is not None:
+        found.append(Finding(
+            "label-off-anatomy", f"{name}: {off}. Check the label map's field of view and "
+            "resampling against its image", *where))
     misfit = judgement.fit.verdict() if judgement.fit is not None else None
     if misfit is not None:
         found.append(Finding(

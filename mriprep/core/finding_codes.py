@@ -161,6 +161,12 @@ _REGISTRY = (
         "check the label map's affine against its image and the labelling tool's "
         "left/right numbering; regenerate or relabel the map"),
     FindingCode(
+        "label-off-anatomy", W, "labels lie where the image shows no head (a blob in "
+                                "the background, a map of another field of view or a "
+                                "bad resampling)",
+        "check the label map's field of view and resampling against its image; remove "
+        "the stray labels"),
+    FindingCode(
         "label-misfit", W, "the label map does not lie on its image: cerebral white "
                            "matter and cortex separate better with the map moved by a "
                            "voxel or two, or hardly at all (another person's map)",

@@ -1,6 +1,7 @@
 """``label-side-swap`` and ``label-misfit`` on three synthetic people (issue 45): each clean
 map passes; a mirrored map, swapped hemispheres and one swapped structure are each named
-as such; a map moved by 1, 2 or 4 mm, and another person's map, do not fit.
+as such; a map moved by 1, 2 or 4 mm, and another person's map, do not fit; a blob of
+labels in the background is found, and skull-stripping or defacing the image is not.
 The people are scanned on their own 1 mm grids in random poses: seconds each, so the
 calibration tier (``make test-calibration``)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mriprep.check.label_anatomy import read_anatomy
 from mriprep.check.label_fit import read_fit
 from mriprep.check.label_sides import read_sides, side_pairs
 from mriprep.demo.freesurfer_cohort import scanned_person
@@ -49,3 +51,20 @@ def test_each_person_fits_its_image_and_moved_maps_do_not(index):
     box = tuple(slice(0, min(a, b)) for a, b in zip(labels.shape, theirs.shape))
     foreign[box] = theirs[box]
     assert read_fit(image, foreign).verdict() is not None
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_each_person_labels_lie_in_the_head_stripped_or_defaced(index):
+    from scipy import ndimage
+
+    image, labels, affine = scanned_person(11, index, medial_unknown=True)
+    voxel = float(abs(np.linalg.det(affine[:3, :3])))
+    assert read_anatomy(image, labels, voxel).verdict() is None
+    brain = ndimage.binary_dilation(labels > 0, iterations=1)
+    assert read_anatomy(image * brain, labels, voxel).verdict() is None
+    faceless = image.copy()
+    faceless[:, int(image.shape[1] * 0.75):, :int(image.shape[2] * 0.4)] = 0
+    assert read_anatomy(faceless, labels, voxel).verdict() is None
+    planted = labels.copy()
+    planted[4:14, 4:14, 4:14] = 17
+    assert "where the image shows no head" in read_anatomy(image, planted, voxel).verdict()

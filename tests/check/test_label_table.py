@@ -321,3 +321,16 @@ def test_a_map_moved_against_its_image_is_named(tmp_path, mixed_report):
     assert len(found) == 1 and "sub-01" in found[0].message
     assert "moved by (+0, -2, +0) voxels" in found[0].message
     assert found[0].severity == Severity.WARNING
+
+
+def _background_blob(labels: np.ndarray) -> None:
+    labels[:8, :8, :8] = 17  # a corner of the field of view, outside the head
+
+
+def test_labels_in_the_background_are_named(tmp_path, mixed_report):
+    assert not by_code(mixed_report, "label-off-anatomy")
+    root = cache_with(tmp_path / "c", {0: _background_blob})
+    found = by_code(chk.check_cache(root, label_table=dkt_table(), workers=1),
+                    "label-off-anatomy")
+    assert len(found) == 1 and "sub-00" in found[0].message
+    assert "512 mm^3 of its labels lie where the image shows no head" in found[0].message
