@@ -7,7 +7,8 @@ maps against the maps moved by 1, 2 and 4 mm along each axis and another person'
 :data:`MIN_SEPARATION` (another person's).
 
 ``label-off-anatomy`` (:mod:`mriprep.check.label_anatomy`): labelled volume where the
-image shows no head, on clean maps (also with the image skull-stripped and defaced)
+image shows no head, on clean maps (also with the image z-scored, skull-stripped and
+defaced)
 against maps with a planted 10 mm and 6 mm cube of labels in the background; threshold
 :data:`MAX_OUTSIDE_MM3`.
 
@@ -108,14 +109,17 @@ def main(argv=None) -> int:
 
 
 def _off_anatomy(people) -> None:
-    rows = {"clean": [], "skull-stripped": [], "defaced": [], "cube 10 mm": [],
-            "cube 6 mm": []}
+    rows = {"clean": [], "z-scored": [], "skull-stripped": [], "defaced": [],
+            "cube 10 mm": [], "cube 6 mm": []}
     costs = []
     for image, labels, affine in people:
         voxel = float(abs(np.linalg.det(affine[:3, :3])))
         t = time.perf_counter()
         rows["clean"].append(read_anatomy(image, labels, voxel))
         costs.append(time.perf_counter() - t)
+        inside = image[labels > 0].astype(np.float64)
+        rows["z-scored"].append(read_anatomy((image - inside.mean()) / inside.std(), labels,
+                                             voxel))
         brain = ndimage.binary_dilation(labels > 0, iterations=1)
         rows["skull-stripped"].append(read_anatomy(image * brain, labels, voxel))
         faceless = image.copy()

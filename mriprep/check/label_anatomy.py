@@ -2,8 +2,8 @@
 
 A label map that marks background as brain (a stray blob, a map cut for another field of
 view, a bad resampling) teaches a network to find brain in air. The head here is what
-the image shows: voxels brighter than :data:`HEAD_LEVEL` of the image's robust maximum,
-their holes filled (ventricles, sinuses), grown by :data:`TOLERANCE_VOXELS` so that a
+the image shows: voxels above the background (the median of the volume's faces) by more
+than :data:`HEAD_LEVEL` of the way to the image's robust maximum, their holes filled (ventricles, sinuses), grown by :data:`TOLERANCE_VOXELS` so that a
 label at the edge of a skull-stripped brain stays inside. Labelled voxels outside it are
 counted in millimetres cubed; :data:`MAX_OUTSIDE_MM3` of them, measured on clean maps
 against planted blobs in ``make bench`` (labels), is the most a map may hold. The
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-# Share of the 99.5th percentile from which a voxel is head: far above the background
-# noise of a T1 (a few percent), far below any tissue.
+# Share of the way from the background to the 99.5th percentile from which a voxel is
+# head: above a T1's background noise (a few percent), below any tissue.
 HEAD_LEVEL = 0.1
 TOLERANCE_VOXELS = 2
 MAX_OUTSIDE_MM3 = 200.0
@@ -51,8 +51,12 @@ def read_anatomy(image: np.ndarray, labels: np.ndarray,
     scale = voxel_mm3 * _STEP ** 3
     if not labelled.any():
         return AnatomyReading(0.0, 0.0, None)
-    top = float(np.percentile(values[values > 0], 99.5)) if (values > 0).any() else 0.0
-    head = ndimage.binary_fill_holes(values > HEAD_LEVEL * top)
+    # The background's level from the volume's faces, not 0: a z-scored cache's air is
+    # negative, and its cortex near 0.
+    faces = np.concatenate([np.moveaxis(values, a, 0)[[0, -1]].ravel() for a in range(3)])
+    background = float(np.median(faces))
+    top = float(np.percentile(values, 99.5))
+    head = ndimage.binary_fill_holes(values > background + HEAD_LEVEL * (top - background))
     head = ndimage.binary_dilation(head, iterations=TOLERANCE_VOXELS)
     outside = labelled & ~head
     count = int(outside.sum())

@@ -68,3 +68,8 @@ def test_each_person_labels_lie_in_the_head_stripped_or_defaced(index):
     planted = labels.copy()
     planted[4:14, 4:14, 4:14] = 17
     assert "where the image shows no head" in read_anatomy(image, planted, voxel).verdict()
+    # A z-scored image (t1w_mni_rigid's): air negative, cortex near 0.
+    brain_values = image[labels > 0].astype(np.float64)
+    zscored = (image - brain_values.mean()) / brain_values.std()
+    assert read_anatomy(zscored, labels, voxel).verdict() is None
+    assert read_anatomy(zscored, planted, voxel).verdict() is not None
