@@ -17,6 +17,7 @@ import sys
 
 from mriprep.core.errors import SchedulerError
 from mriprep.core.exit_codes import ExitCode
+from mriprep.core.progress import ProgressBar
 from mriprep.pipelines import DEFAULT_PIPELINE, available_pipelines, load_pipeline
 from mriprep.run.cohort import run_cohort, cohort_rows
 from mriprep.run.interrupt import RunInterrupted
@@ -161,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
               f"{', ' + where if where else ''}; {slurm.retries} retries per subject",
               file=sys.stderr, flush=True)
     progress = ProgressReporter(total=len(rows))
+    report_bar = ProgressBar("QC report", "subject")
     try:
         result = run_cohort(
             rows, args.output, pipeline,
@@ -168,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             threads_per_worker=args.threads_per_worker, on_result=progress,
             manifest=args.manifest, report=not args.no_report,
             replace_pipeline=args.replace_pipeline,
-            slurm=slurm, on_jobs=progress.jobs,
+            slurm=slurm, on_jobs=progress.jobs, on_report=report_bar.update_to,
         )
     except RunInterrupted as stop:
         progress.close()
@@ -176,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.INTERRUPTED
     finally:
         progress.close()
+        report_bar.close()
     if result.index_note:
         print(f"mriprep run: {result.index_note}", file=sys.stderr)
     if args.json:

@@ -23,7 +23,8 @@ After a run, ``CACHE/reports/latest.json`` and ``latest.csv`` list every subject
 status, failing stage and reason, key, seconds and metrics (see :mod:`mriprep.run.reports`).
 Each worker also makes its subject's QC pictures and metrics (``CACHE/qc/<key>``), and the
 run ends with the HTML QC report, ``CACHE/qc/index.html`` (:mod:`mriprep.qc`), unless
-``report=False``.
+``report=False``. dask.distributed's own log (scheduler, workers) goes to
+``CACHE/reports/distributed.log``, not to the terminal.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from mriprep.pipelines import Pipeline
 from mriprep.run.interrupt import RunInterrupted, interrupts_ignored
 from mriprep.run.reports import RunResult, write_reports
 from mriprep.run.scheduling import scheduler_client
+from mriprep.run.worker_setup import DISTRIBUTED_LOG_NAME
 from mriprep.run.subject import process_subject
 
 if TYPE_CHECKING:
@@ -95,6 +97,7 @@ def run_cohort(
     replace_pipeline: bool = False,
     slurm: "SlurmProfile | None" = None,
     on_jobs: "Callable[[JobStatus], None] | None" = None,
+    on_report: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """Process every subject into the cache and write the run reports.
 
@@ -132,6 +135,8 @@ def run_cohort(
         jobs' logs go to ``CACHE/reports/slurm-jobs``.
     on_jobs
         Called from a background thread with the Slurm jobs' state every few seconds.
+    on_report
+        Called as ``on_report(done, total)`` while the QC report reads the subjects.
 
     Returns
     -------
@@ -152,13 +157,16 @@ def run_cohort(
         _refuse_takeover_early(cache_root, pipeline)
     # The scheduler comes first: an unreachable cluster must not leave an empty cache.
     slurm_logs = Path(cache_root).resolve() / REPORTS_DIR / SLURM_LOGS_DIR
+    # distributed's own log, kept off the terminal (mriprep.run.worker_setup).
+    dask_log = Path(cache_root).resolve() / REPORTS_DIR / DISTRIBUTED_LOG_NAME
     # Holds the Ctrl-C shield of an interrupted run (see _process): closed last, after
     # the scheduler, so that closing the workers is not cut short either.
     shutdown_guard = contextlib.ExitStack()
     try:
         with shutdown_guard, scheduler_client(scheduler, workers, threads_per_worker,
                                               bool(rows), slurm=slurm, slurm_logs=slurm_logs,
-                                              on_jobs=on_jobs) as (client, board):
+                                              on_jobs=on_jobs, log_path=dask_log
+                                              ) as (client, board):
             cache = Cache(cache_root, create=True)
             index_note = prepare_index(cache, pipeline, rows, replace_pipeline)
             _process(client, board, scheduler, workers, rows, pipeline, cache, force,
@@ -182,7 +190,8 @@ def run_cohort(
 
         report_start = time.perf_counter()
         try:
-            run.report_paths["qc"] = write_report(cache.root, make_missing=False)
+            run.report_paths["qc"] = write_report(cache.root, make_missing=False,
+                                                  progress=on_report)
         except Exception as exc:  # noqa: BLE001 - the cohort is done; the report is extra
             run.report_error = (f"the QC report could not be written ({type(exc).__name__}: "
                                 f"{exc}); `mriprep report {cache.root}` tries again")

@@ -56,7 +56,12 @@ def interrupts_ignored() -> Iterator[None]:
 
 def dask_setup(worker: Any = None) -> None:
     """dask's preload hook, run in each local worker process at its start: ignore
-    Ctrl-C (see the module docstring). The asyncio loop of a nanny's worker runs in the
-    process's main thread, where a handler may be set; elsewhere nothing changes."""
+    Ctrl-C (see the module docstring), and send distributed's log to the run's log file
+    rather than the terminal (:func:`mriprep.run.worker_setup.route_worker_logs`). The
+    asyncio loop of a nanny's worker runs in the process's main thread, where a handler
+    may be set; elsewhere nothing changes."""
+    from mriprep.run.worker_setup import route_worker_logs
+
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    route_worker_logs(worker)

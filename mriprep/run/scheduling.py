@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 
 from mriprep.core.errors import SchedulerError
 from mriprep.run.interrupt import WORKER_PRELOAD
 from mriprep.run.worker_setup import (
+    DISTRIBUTED_LOG_ENV,
     MALLOC_ENV,
     NUMPY_HUGEPAGE_ENV,
     QUIET_DASK_CONFIG,
+    DistributedLogRoute,
     worker_env,
 )
 
@@ -47,7 +50,7 @@ LOCAL_RETRIES = 1
 
 @contextlib.contextmanager
 def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: bool = True,
-                     *, slurm=None, slurm_logs=None, on_jobs=None):
+                     *, slurm=None, slurm_logs=None, on_jobs=None, log_path=None):
     """(client, board): a dask.distributed Client for ``scheduler`` (None for dask's
     local schedulers) and, on Slurm, the :class:`~mriprep.run.slurm.JobBoard` that runs
     its jobs (else None).
@@ -56,12 +59,18 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
     SLURMCluster for the profile ``slurm`` whose job logs go to ``slurm_logs``, an
     address connects to a running scheduler; ``threads`` and ``sync`` need no client.
 
+    distributed's log, of this process and of a local cluster's workers, goes to
+    ``log_path`` (made at its first line) and not to the terminal while the client
+    lives (:class:`~mriprep.run.worker_setup.DistributedLogRoute`); without a
+    ``log_path`` the terminal still shows its errors.
+
     Raises
     ------
     SchedulerError
-        An unknown scheduler name, an unreachable address, a profile Slurm refuses.
+        An unknown scheduler name, an unreachable address, a profile Slurm refuses, a
+        local cluster whose workers cannot start.
     """
-    _restore_distributed_logs()  # an interrupted run before this one silenced them
+    _restore_distributed_logs()  # an interrupted run before this one quieted them
     if scheduler in ("threads", "sync") or (scheduler in ("processes", "slurm")
                                             and not needed):
         yield None, None
@@ -71,55 +80,44 @@ def scheduler_client(scheduler: str, workers: int, threads: int = 1, needed: boo
             f"unknown scheduler {scheduler!r}; use one of {', '.join(SCHEDULERS)} or the "
             "address of a running dask scheduler such as tcp://127.0.0.1:8786"
         )
-    # distributed's log lines below ERROR are silenced while the client and its cluster
-    # close, whatever ended the run: closing after Ctrl-C can cut a connection in the
-    # middle of a write, and distributed then logs the CommClosedError with its
-    # traceback at INFO, under the run's one-line interruption message. A local or
-    # Slurm cluster is silenced while it runs too (its own silence_logs), but that ends
-    # as it closes; a remote scheduler's warnings still show while the run lasts.
-    # After Ctrl-C they stay silenced until the next run: the event loop's thread
-    # outlives the cluster, and a write that the shutdown cut can fail, and be logged,
-    # after the close returned.
+    # Off the terminal for the whole life of the client, its close included: a worker
+    # closing under load cuts its heartbeat (logged as an ERROR with a traceback), and
+    # closing after Ctrl-C can cut a connection in the middle of a write (logged with
+    # its traceback at INFO, under the run's one-line interruption message).
+    # After Ctrl-C the terminal shows distributed's errors, and nothing else, until the
+    # next run: the event loop's thread outlives the cluster, and a write that the
+    # shutdown cut can fail, and be logged, after the close returned.
+    route = DistributedLogRoute(log_path)
     interrupted = False
     try:
-        with _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs) as pair:
+        with _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs,
+                         log_path) as pair:
             try:
                 yield pair
             except KeyboardInterrupt:
                 interrupted = True
                 raise
-            finally:
-                _silence_distributed_below_error()
     finally:
-        if not interrupted:
-            _restore_distributed_logs()
+        if interrupted:
+            route.errors_only()
+            _QUIETED.append(route)
+        else:
+            route.close()
 
 
-# Levels of distributed's stream handlers before a closing or interrupted run
-# silenced them.
-_SILENCED: list[tuple[logging.Handler, int]] = []
-
-
-def _silence_distributed_below_error() -> None:
-    """Until :func:`_restore_distributed_logs`, distributed's stream handlers (those it
-    installs on its ``distributed`` logger; not a file handler someone added) show only
-    errors."""
-    for handler in logging.getLogger("distributed").handlers:
-        if type(handler) is logging.StreamHandler and handler.level < logging.ERROR:
-            _SILENCED.append((handler, handler.level))
-            handler.setLevel(logging.ERROR)
+# The routes of interrupted runs, whose terminal filter stays until the next run.
+_QUIETED: list[DistributedLogRoute] = []
 
 
 def _restore_distributed_logs() -> None:
-    while _SILENCED:
-        handler, level = _SILENCED.pop()
-        handler.setLevel(level)
+    while _QUIETED:
+        _QUIETED.pop().close()
 
 
 @contextlib.contextmanager
-def _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs):
+def _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs, log_path):
     if scheduler == "processes":
-        with local_client(workers, threads) as client:
+        with local_client(workers, threads, log_path) as client:
             yield client, None
     elif scheduler == "slurm":
         from pathlib import Path
@@ -138,8 +136,15 @@ def _client_for(scheduler, workers, threads, slurm, slurm_logs, on_jobs):
 
 
 @contextlib.contextmanager
-def local_client(workers: int, threads: int = 1):
-    """A Client on a private LocalCluster: ``workers`` single-threaded processes."""
+def local_client(workers: int, threads: int = 1, log_path=None):
+    """A Client on a private LocalCluster: ``workers`` single-threaded processes, whose
+    distributed log goes to ``log_path`` (see :func:`scheduler_client`).
+
+    Raises
+    ------
+    SchedulerError
+        The workers cannot start, with distributed's reason.
+    """
     import dask
     from dask.distributed import Client, LocalCluster
 
@@ -160,17 +165,40 @@ def local_client(workers: int, threads: int = 1):
         "distributed.scheduler.worker-saturation": 1.0,
         "distributed.nanny.pre-spawn-environ": pre_spawn | MALLOC_ENV | NUMPY_HUGEPAGE_ENV,
     }
-    with dask.config.set(config), LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        # Port 0: never collide with another cluster's dashboard on this machine.
-        dashboard_address="127.0.0.1:0",
-        silence_logs=logging.ERROR,
-        env=worker_env(threads),
-    ) as cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+    env = worker_env(threads)
+    if log_path is not None:
+        env[DISTRIBUTED_LOG_ENV] = str(log_path)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(dask.config.set(config))
+        try:
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                # Port 0: never collide with another cluster's dashboard on this machine.
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.ERROR,
+                env=env,
+            ))
+        except Exception as exc:  # noqa: BLE001 - distributed raises RuntimeError and more
+            raise SchedulerError(_no_start(workers, exc, log_path)) from exc
+        yield stack.enter_context(Client(cluster, set_as_default=False))
+
+
+def _no_start(workers: int, exc: BaseException, log_path) -> str:
+    """Why a local cluster did not start, from the first cause distributed chained."""
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    why = f"{type(exc).__name__}: {exc}"
+    if root is not exc:
+        why += f", because of {type(root).__name__}: {root}"
+    log = (f"; distributed's log: {log_path}" if log_path is not None
+           and os.path.exists(log_path) else "")
+    return (f"the local dask cluster could not start its {workers} worker process"
+            f"{'' if workers == 1 else 'es'} ({why}){log}; fix that, or run with "
+            "--scheduler threads")
 
 
 def connect(address: str, timeout_s: float = 20.0):

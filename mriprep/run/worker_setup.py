@@ -1,5 +1,5 @@
 """How a process is set up to run subjects: native thread pools pinned, freed memory kept,
-no huge-page requests, dask's diagnostics slowed.
+no huge-page requests, dask's diagnostics slowed, distributed's log kept off the terminal.
 
 Local workers start with :func:`worker_env` and :data:`QUIET_DASK_CONFIG`
 (:mod:`mriprep.run.scheduling`); Slurm jobs get the same through their job script
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
+from pathlib import Path
 
 # Environment variables read by the native libraries the stages use. Workers are started
 # with them set, and each task sets them again because a remote worker may not be.
@@ -134,3 +136,139 @@ def dask_env_vars(config: dict[str, object]) -> dict[str, str]:
         "DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value)
         for key, value in config.items()
     }
+
+
+# distributed's log of a run goes to this file of the cache's reports folder, from the run's
+# process and from its local workers (which find the path in this environment variable),
+# and not to the terminal: a run says what matters itself (each failed subject with its
+# reason, a cluster that cannot start with distributed's reason), and distributed's own
+# lines there were noise. The worst of it: a worker that closes at the end of a run while
+# a heartbeat waits for a busy scheduler's answer cuts that heartbeat's connection, and
+# distributed logs the CommClosedError, with its 25-line traceback, as an ERROR.
+DISTRIBUTED_LOG_NAME = "distributed.log"
+DISTRIBUTED_LOG_ENV = "MRIPREP_DISTRIBUTED_LOG"
+_HEARTBEAT_CUT = "Failed to communicate with scheduler during heartbeat"
+
+
+class DistributedLogFile(logging.Handler):
+    """distributed's records at INFO and above, appended to ``path``; the file and its
+    folder are made at the first record (a run's cache folder is made after its
+    cluster starts).
+
+    Not a ``logging.StreamHandler``: distributed's ``silence_logs`` resets the level of
+    every stream handler of its logger while a cluster runs, and this file keeps all.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(logging.INFO)
+        self.path = Path(path)
+        self._file = None
+        self.setFormatter(logging.Formatter(
+            "%(asctime)s - pid %(process)d - %(name)s - %(levelname)s - %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            with self.lock:
+                if self._file is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._file = open(self.path, "a", encoding="utf-8")
+                self._file.write(text + "\n")
+                self._file.flush()
+        except Exception:  # noqa: BLE001 - logging's own convention for a failed emit
+            self.handleError(record)
+
+    def close(self) -> None:
+        with self.lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+        super().close()
+
+
+class _Below(logging.Filter):
+    """Passes the records at ``level`` or above: ``inf`` drops them all."""
+
+    def __init__(self, level: float):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level
+
+
+class DistributedLogRoute:
+    """distributed's records of this process kept off the terminal (its stream handlers
+    drop them) and written to ``path`` (:class:`DistributedLogFile`) while open.
+
+    :meth:`close` undoes both; :meth:`errors_only` lets the terminal show errors again
+    and nothing else (after Ctrl-C, until the next run: see
+    :func:`mriprep.run.scheduling.scheduler_client`).
+    """
+
+    def __init__(self, path: str | os.PathLike | None):
+        # Importing distributed sets up its logger and stream handler, which would
+        # replace or escape a route made before.
+        import distributed  # noqa: F401
+
+        self.logger = logging.getLogger("distributed")
+        # Every record off the terminal; without a file to keep them, errors still show.
+        self.gate = _Below(float("inf") if path is not None else logging.ERROR)
+        self.terminals = [h for h in self.logger.handlers
+                          if isinstance(h, logging.StreamHandler)
+                          and not isinstance(h, logging.FileHandler)]
+        for handler in self.terminals:
+            handler.addFilter(self.gate)
+        self.file = DistributedLogFile(path) if path is not None else None
+        if self.file is not None:
+            self.logger.addHandler(self.file)
+
+    def errors_only(self) -> None:
+        self.gate.level = logging.ERROR
+        self._drop_file()
+
+    def close(self) -> None:
+        for handler in self.terminals:
+            handler.removeFilter(self.gate)
+        self._drop_file()
+
+    def _drop_file(self) -> None:
+        if self.file is not None:
+            self.logger.removeHandler(self.file)
+            self.file.close()
+            self.file = None
+
+
+class _ClosingHeartbeat(logging.Filter):
+    """A heartbeat that the worker's own close cut (it closes its connections while one
+    waits for the scheduler's answer) is logged as INFO, with its one-line reason: the
+    worker's results are in, nothing failed."""
+
+    def __init__(self, worker):
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from distributed.core import Status
+
+        closing = (Status.closing, Status.closing_gracefully, Status.closed)
+        if (isinstance(record.msg, str) and record.msg.startswith(_HEARTBEAT_CUT)
+                and getattr(self.worker, "status", None) in closing):
+            reason = record.exc_info[1] if record.exc_info else None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = (f"{_HEARTBEAT_CUT}: the worker was closing, which cut it "
+                          f"({type(reason).__name__}: {reason}); not an error")
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
+def route_worker_logs(worker) -> DistributedLogRoute | None:
+    """In a local worker process (its preload, :func:`mriprep.run.interrupt.dask_setup`):
+    distributed's records to the run's log file (:data:`DISTRIBUTED_LOG_ENV`), none to
+    the terminal, a heartbeat cut by the worker's close as INFO. A worker started
+    without the variable (not by ``mriprep run``) is left as it is."""
+    path = os.environ.get(DISTRIBUTED_LOG_ENV)
+    if not path:
+        return None
+    logging.getLogger("distributed.worker").addFilter(_ClosingHeartbeat(worker))
+    return DistributedLogRoute(path)

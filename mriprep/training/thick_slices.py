@@ -66,7 +66,9 @@ class ThickSlices:
                              "mode='thick_slice' needs one per entry")
         self.view, self.context, self.table, self.weights = view, context, table, weights
         self.store = DerivedLabels(cache, table, derived_dir)
-        bar = ProgressBar("derive labels", unit="subject")
+        # Minutes on a cohort, the first time only, often in a notebook or a batch job's
+        # log: plain lines there too, not only a bar on a terminal.
+        bar = ProgressBar("derive labels", unit="subject", log_lines=True)
         try:
             summaries, problems = self.store.ensure(entries, workers, bar.update_to)
         finally:

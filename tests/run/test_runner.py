@@ -335,8 +335,12 @@ def test_unreachable_scheduler_is_a_clear_error():
         connect("tcp://127.0.0.1:9", timeout_s=1)
 
 
-def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(cohort, tmp_path):
+def test_progress_bar_on_a_terminal_and_plain_lines_otherwise(cohort, tmp_path, monkeypatch):
+    import tqdm.std
+
     results = run(cohort, tmp_path / "cache").results
+    # A terminal 100 columns wide (a StringIO reports no width: it would get lines).
+    monkeypatch.setattr(tqdm.std, "_screen_shape_wrapper", lambda: (lambda fp: (100, 24)))
     bar_stream, log_stream = io.StringIO(), io.StringIO()
     bar = ProgressReporter(len(results), stream=bar_stream, terminal=True)
     log = ProgressReporter(len(results), stream=log_stream, terminal=False, log_every_s=3600)
