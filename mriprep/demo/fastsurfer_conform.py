@@ -18,7 +18,11 @@ lines of nibabel and scipy, deliberately sharing no code with mriprep's stages, 
   bin of a 1000-bin histogram (minimum to maximum) where all but 0.1% of the non-zero
   voxels are counted; trilinear interpolation (``scipy.ndimage.affine_transform``,
   order 1, zero outside); then ``clip(scale * (value - low), 0, 255)``, zero where the
-  interpolated input is zero, rounded to uint8.
+  interpolated input is zero, rounded to uint8. A uint8 input is not scaled at all
+  (FastSurfer takes no range of it and skips ``scalecrop``): interpolated and rounded.
+* **Already conformed.** An image that passes FastSurfer's ``is_conform`` (256^3, every
+  voxel size within 1e-6 of 1 mm, strict LIA within 1e-6, uint8) is returned as it is,
+  voxels and affine, as FastSurfer's callers of ``conform`` return it.
 """
 
 from __future__ import annotations
@@ -73,11 +77,27 @@ def conform_scale(data: np.ndarray) -> tuple[float, float]:
     return low, (255.0 / (top - low) if top != low else 1.0)
 
 
+def is_conform(data: np.ndarray, affine: np.ndarray, eps: float = 1e-6) -> bool:
+    """FastSurfer's ``is_conform`` with its defaults (module doc); the strict LIA test
+    takes the off-axis entries' magnitude, as its docstring means."""
+    affine = np.asarray(affine, dtype=np.float64)
+    directions = affine[:3, :3]
+    sizes = np.sqrt((directions ** 2).sum(axis=0))
+    return (data.shape == (SIZE,) * 3 and bool(np.max(np.abs(sizes - 1.0)) < eps)
+            and bool(np.all(np.sign(directions[LIA != 0]) == LIA[LIA != 0]))
+            and bool(np.all(np.abs(directions[LIA == 0]) <= eps))
+            and data.dtype == np.uint8)
+
+
 def fastsurfer_conform(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """FastSurfer's conformed uint8 image and its affine, for a finite image."""
+    """FastSurfer's conformed uint8 image and its affine, for a finite image (in the
+    dtype its file stores: a uint8 image is not rescaled, a conformed one not touched)."""
+    if is_conform(np.asarray(data), affine):
+        return np.asarray(data), np.asarray(affine, dtype=np.float64)
+    uint8 = np.asarray(data).dtype == np.uint8
     data = np.asarray(data, dtype=np.float64)
     out_affine = conform_affine(affine, data.shape)
-    low, scale = conform_scale(data)
+    low, scale = (0.0, 1.0) if uint8 else conform_scale(data)
     out_to_in = np.linalg.inv(affine) @ out_affine
     if _is_reordering(np.linalg.inv(out_to_in)):
         order = 0  # FastSurfer's shortcut: a pure reordering is copied, not interpolated

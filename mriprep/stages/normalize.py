@@ -19,6 +19,8 @@ Where conform differs from FastSurfer, and why
       before this stage sees them; should one still reach it, values above
       ``_CONFORM_CEILING`` times the 99.9th percentile of the non-zero voxels (no tissue
       is that bright) are counted in the top bin instead of widening the histogram.
+    * A uint8 input keeps its grey levels, as in FastSurfer (which takes no range of a
+      uint8 image and scales none): only clipped to 0-255, which it already is.
     * FastSurfer scales after its interpolation; the conform pipeline scales before the
       resample stage (linear interpolation commutes with the linear map, so only voxels
       next to the clipped top 0.1% can differ, by a grey level or two; ``make bench``
@@ -156,6 +158,13 @@ def conform_range(values: np.ndarray) -> tuple[float, float]:
     return low, float(edges[max(first - 2, 0)])
 
 
+def _uint8_on_disk(volume: Volume) -> bool:
+    """Whether the file read stored uint8 voxels, unscaled (the load record says)."""
+    load = volume.record_of("load")
+    return load is not None and load.metrics.get("dtype_on_disk") == "uint8" \
+        and not load.metrics.get("scaling_applied", False)
+
+
 def _scaled(values: np.ndarray, low: float, high: float, offset: float,
             scale: float) -> np.ndarray:
     """``(clip(values, low, high) - offset) * scale`` in float32, as a new array."""
@@ -214,7 +223,13 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
             "invalid; see their warnings",
             volume.name,
         )
-    if params.mode == "conform":
+    kept_uint8 = params.mode == "conform" and _uint8_on_disk(volume)
+    if kept_uint8:
+        # FastSurfer's conform neither takes a range nor scales a uint8 input
+        # (conform.py: getscale and scalecrop only for other dtypes): its grey levels
+        # already are 0-255, and an orig.mgz conformed again must keep them.
+        low, high = 0.0, CONFORM_MAX
+    elif params.mode == "conform":
         low, high = conform_range(values)
     else:
         low, high = (float(q) for q in percentiles(
@@ -258,7 +273,10 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
                        mean=mean, std=std)
     else:
         offset, scale = low, CONFORM_MAX / (high - low)
-        metrics.update(scale=scale)
+        metrics.update(scale=scale, rescaled=not kept_uint8)
+        if kept_uint8:
+            metrics["why_not_rescaled"] = ("uint8 input: its grey levels are kept, as "
+                                           "FastSurfer keeps them")
 
     # float32, in place: no float64 copy of a 256^3 grid. Clipping first keeps every
     # intermediate within the clipping range, so nothing overflows.

@@ -54,6 +54,11 @@ flips, whole-voxel shifts; within 1e-9 voxel), values are copied, not interpolat
 same grid returns the input bit for bit (NaN on invalid voxels, which ``linear`` accepts,
 becomes 0 there as everywhere).
 
+Already conformed
+    An input that already meets FastSurfer's ``is_conform`` for a conform target (an
+    explicit ``shape`` and ``orientation``; uint8 on disk) is returned as it is, voxels
+    and affine, as FastSurfer returns it (:mod:`~mriprep.stages.resample.conformed`).
+
 The paths
     The stage chooses the grid (:mod:`~mriprep.stages.resample.grid`) and the kernel
     (:mod:`~mriprep.stages.resample.kernel`), then the cheapest path that applies the
@@ -77,6 +82,7 @@ from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import label_values
 from mriprep.stages.reorient import axis_codes, orientation_codes, reoriented
+from mriprep.stages.resample.conformed import conform_mismatches
 from mriprep.stages.resample.general import resample_arrays
 from mriprep.stages.resample.grid import (
     crop_or_pad,
@@ -214,7 +220,10 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         ``invalid_fraction`` of the output and the share ``outside_fraction`` that lies
         outside the input's field of view, ``label_values``, and ``grid_shift_mm``: how
         far the grid was snapped onto the input's lattice along each output axis (None
-        when it was not, see module doc), and the output ``orientation`` codes.
+        when it was not, see module doc), the output ``orientation`` codes, and
+        ``already_conformed``: the input already met FastSurfer's ``is_conform`` for a
+        conform target (shape and orientation set) and is returned as it is, ``grid``
+        ``"input"`` (:mod:`~mriprep.stages.resample.conformed`).
 
     Raises
     ------
@@ -222,6 +231,9 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         Non-finite image values where they would reach the output (see module doc), or
         an ``orientation`` set while a registration hands over the template's grid.
     """
+    conformed = _already_conformed(volume, params)
+    if conformed is not None:
+        return conformed
     # FreeSurfer's c_ras is a voxel of the stored grid: taken before any reordering.
     centre = grid_centre(volume.affine, volume.shape, params.centre)
     if params.orientation is not None:
@@ -290,5 +302,43 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         "label_values": None if label is None else label_values(label),
         "grid_shift_mm": None if snap is None else [float(x) for x in snap[1]],
         "orientation": orientation_codes(out_affine),
+        "already_conformed": False,
+    }
+    return StageOutput(out, metrics)
+
+
+def _already_conformed(volume: Volume, params: ResampleParams) -> StageOutput | None:
+    """The volume as it is when it is already on the conform target by FastSurfer's
+    rules (:mod:`~mriprep.stages.resample.conformed`), else None.
+
+    FastSurfer uses a conformed image's voxels and affine as they are; interpolating it
+    onto the snapped grid anyway would change voxels wherever its axes or voxel sizes
+    differ from the target's by round-off within ``eps``. Only a conform target
+    qualifies: an explicit shape and an orientation, and no registration to apply.
+    """
+    if volume.pending is not None or params.shape is None or params.orientation is None:
+        return None
+    load = volume.record_of("load")
+    dtype = load.metrics.get("dtype_on_disk") if load is not None else None
+    if conform_mismatches(volume.affine, volume.shape, dtype, params.shape, params.spacing,
+                          params.orientation, strict=params.axis_aligned):
+        return None
+    data = _finite_data(volume, params)
+    out = volume.replace(data=data) if data is not volume.data else volume
+    valid = out.valid
+    metrics = {
+        "grid": "input",
+        "shape": list(out.shape),
+        "spacing": [round(s, 9) for s in out.spacing],
+        "affine": out.affine.tolist(),
+        "kernel": "none: already conformed (FastSurfer's is_conform), voxels and affine "
+                  "kept as they are",
+        "anisotropic_axis": None,
+        "invalid_fraction": 1.0 - float(np.count_nonzero(valid)) / valid.size,
+        "outside_fraction": 0.0,
+        "label_values": None if out.label is None else label_values(out.label),
+        "grid_shift_mm": None,
+        "orientation": orientation_codes(out.affine),
+        "already_conformed": True,
     }
     return StageOutput(out, metrics)
