@@ -10,6 +10,7 @@ without them.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import logging
@@ -147,13 +148,19 @@ def dask_env_vars(config: dict[str, object]) -> dict[str, str]:
 # distributed logs the CommClosedError, with its 25-line traceback, as an ERROR.
 DISTRIBUTED_LOG_NAME = "distributed.log"
 DISTRIBUTED_LOG_ENV = "MRIPREP_DISTRIBUTED_LOG"
+PENDING_RECORDS = 1000
 _HEARTBEAT_CUT = "Failed to communicate with scheduler during heartbeat"
 
 
 class DistributedLogFile(logging.Handler):
-    """distributed's records at INFO and above, appended to ``path``; the file and its
-    folder are made at the first record (a run's cache folder is made after its
-    cluster starts).
+    """distributed's records at INFO and above, appended to ``path``
+    (``CACHE/reports/distributed.log``).
+
+    The run's cache folder is made after its cluster starts, and a run that fails
+    before (a Slurm partition that does not exist) must leave no folder behind: until
+    the cache folder exists, records wait in memory (the last :data:`PENDING_RECORDS`),
+    and are written with the first record after it appears; a run that never makes it
+    writes none.
 
     Not a ``logging.StreamHandler``: distributed's ``silence_logs`` resets the level of
     every stream handler of its logger while a cluster runs, and this file keeps all.
@@ -163,6 +170,7 @@ class DistributedLogFile(logging.Handler):
         super().__init__(logging.INFO)
         self.path = Path(path)
         self._file = None
+        self._pending: collections.deque[str] = collections.deque(maxlen=PENDING_RECORDS)
         self.setFormatter(logging.Formatter(
             "%(asctime)s - pid %(process)d - %(name)s - %(levelname)s - %(message)s"))
 
@@ -171,8 +179,13 @@ class DistributedLogFile(logging.Handler):
             text = self.format(record)
             with self.lock:
                 if self._file is None:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    if not self.path.parent.parent.is_dir():  # no cache folder yet
+                        self._pending.append(text)
+                        return
+                    self.path.parent.mkdir(exist_ok=True)
                     self._file = open(self.path, "a", encoding="utf-8")
+                    while self._pending:
+                        self._file.write(self._pending.popleft() + "\n")
                 self._file.write(text + "\n")
                 self._file.flush()
         except Exception:  # noqa: BLE001 - logging's own convention for a failed emit
