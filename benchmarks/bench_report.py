@@ -14,8 +14,15 @@
    drawn with numpy.
 4. The outlier threshold (robust |z| > 3.5): each cached subject's largest |z| over the
    judged metrics, grouped as clean and planted, from the demo's ground truth.
+5. The minimum effects the metrics declare (``QCMetric.min_effect``): per judged metric,
+   the largest |value - cohort median| of clean scans, in three cohorts (the demo's
+   clean scans; the calibration people in three acquisitions with the population's
+   variations; the real heads Colin27, S1 and ROBEX as stored and in two acquisitions),
+   against the smallest |value - median| of the demo's planted image defects that the
+   plain robust z flags on that metric; the declared minimum effect should lie between.
 
-Run: ``python benchmarks/bench_report.py COHORT [--workers 2] [--rounds 1]``.
+Run: ``python benchmarks/bench_report.py COHORT [--workers 2] [--rounds 1]``; sections 4
+and 5 alone on a cache already made from COHORT: ``... COHORT --cache CACHE``.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from mriprep.cache import Cache  # noqa: E402
 from mriprep.demo.cohort import load_demo_cohort  # noqa: E402
 from mriprep.pipelines import DEFAULT_PIPELINE, load_pipeline  # noqa: E402
 from mriprep.qc.gather import gather  # noqa: E402
-from mriprep.qc.outliers import OUTLIER_Z, robust_z  # noqa: E402
+from mriprep.qc.outliers import OUTLIER_Z, Rule, cohort_flags, robust_z  # noqa: E402
 from mriprep.qc.report import write_report  # noqa: E402
 from mriprep.qc.store import read_qc  # noqa: E402
 from mriprep.run.cohort import cohort_rows, run_cohort  # noqa: E402
@@ -177,18 +184,220 @@ def threshold(cache_root: Path, cohort: Path) -> None:
                   f"({metric}); flagged: {flags}")
 
 
+# The demo's defects that damage the image (the others are about identity, storage or
+# refusal): a metric's flags must still find these where the plain z finds them.
+IMAGE_DEFECTS = ("nan_blob", "extreme_values", "spike_slice", "dropout_slice", "zero_slab")
+# Clean cohorts for section 5 (case names of mriprep.demo.calibration / population).
+CALIBRATION_ACQUISITIONS = ("1mm", "ax3_tilt20", "cor5_lps")
+POPULATION_VARIATIONS = ("person-0/bias2x", "person-0/bias4x", "person-0/defaced",
+                         "person-1/defaced", "person-0/mp2rage", "person-1/ghost0.15",
+                         "person-0/lesions8", "person-1/int16_12bit", "person-0/clipped_p95",
+                         "person-0/size0.88", "person-0/size1.12")
+REAL_HEADS = ("colin27", "s1", "robex")
+
+
+def _clean_cohorts(folder: Path) -> tuple[Path, dict[str, str]]:
+    """A manifest of clean scans written under ``folder``, and subject id -> cohort
+    ("calibration", "population" or "real"). Real heads that are not installed are left
+    out, and said so."""
+    import functools
+
+    import nibabel as nib
+
+    from mriprep.demo.calibration import (ACQUISITIONS, Case, _scan, calibration_cases,
+                                          real_head)
+    from mriprep.demo.population import population_cases
+    from mriprep.demo.real_scans import real_scan
+
+    cases = [("calibration", c) for c in calibration_cases(
+        people=4, real=False, failures=False, acquisitions=CALIBRATION_ACQUISITIONS)]
+    cases += [("population", c) for c in population_cases(people=2, real=False)
+              if c.name in POPULATION_VARIATIONS]
+    rows, cohorts = ["subject_id,image,label,split,session_id"], {}
+    for name in REAL_HEADS:
+        path = real_scan(name)
+        if path is None:
+            print(f"   real head {name} is not installed: left out")
+            continue
+        sid = f"rea-{name}-stored"
+        rows.append(f"{sid},{path},,train,")
+        cohorts[sid] = "real"
+        for index, acq in enumerate(CALIBRATION_ACQUISITIONS[1:]):
+            cases.append(("real", Case(f"{name}/{acq}", "good", name, acq, functools.partial(
+                _scan, functools.partial(real_head, name), ACQUISITIONS[acq],
+                [7, index, len(name)]))))
+    folder.mkdir(parents=True, exist_ok=True)
+    for cohort, case in cases:
+        scan = case.build()
+        sid = f"{cohort[:3]}-{case.name.replace('/', '-').replace('_', '-').replace('.', 'p')}"
+        image = folder / f"{sid}.nii.gz"
+        nib.save(nib.Nifti1Image(scan.data, scan.affine), image)
+        label = ""
+        if scan.labels is not None:
+            label = str(folder / f"{sid}_dseg.nii.gz")
+            nib.save(nib.Nifti1Image(scan.labels.astype(np.int16), scan.affine), label)
+        rows.append(f"{sid},{image},{label},train,")
+        cohorts[sid] = cohort
+    manifest = folder / "clean.csv"
+    manifest.write_text("\n".join(rows) + "\n")
+    return manifest, cohorts
+
+
+def _largest_differences(values: dict[str, dict[str, float]],
+                         members: dict[str, list[str]], medians_of: dict[str, list[str]],
+                         metric: str) -> dict[str, tuple[float, str]]:
+    """Per group, the largest |value - median| of its members on ``metric``, the median
+    taken over the group's cohort (``medians_of``), and who has it."""
+    out = {}
+    for group, names in members.items():
+        cohort = [values[n].get(metric, np.nan) for n in medians_of[group]]
+        finite = [v for v in cohort if np.isfinite(v)]
+        if len(finite) < 2:
+            continue
+        median = float(np.median(finite))
+        diffs = [(abs(values[n][metric] - median), n) for n in names
+                 if np.isfinite(values[n].get(metric, np.nan))]
+        if diffs:
+            out[group] = max(diffs)
+    return out
+
+
+def minimum_effects(cache_root: Path, cohort: Path, work: Path, workers: int) -> None:
+    """Section 5 (see the module docstring)."""
+    from mriprep.qc.measures import OWN
+
+    truth = load_demo_cohort(cohort).truth["subjects"]
+    by_ids = {(t["subject_id"], t.get("session_id") or ""): t for t in truth.values()}
+    demo = gather(cache_root, make_missing=False)
+    declared = demo.declared
+    cached = [s for s in demo.subjects if s.status == "cached" and s.qc is not None]
+    defects = {s.name: [d["kind"] for d in by_ids.get((s.subject_id, s.session_id), {})
+                        .get("defects", []) if d["kind"] in IMAGE_DEFECTS] for s in cached}
+    values = {f"demo:{s.name}": s.metrics for s in cached}
+    demo_all = [f"demo:{s.name}" for s in cached]
+    members = {"demo": [f"demo:{s.name}" for s in cached if not defects[s.name]]}
+    medians_of = {"demo": demo_all}
+
+    start = time.perf_counter()
+    manifest, cohorts = _clean_cohorts(work / "clean-scans")
+    built = time.perf_counter() - start
+    clean_root = work / "clean-cache"
+    shutil.rmtree(clean_root, ignore_errors=True)
+    start = time.perf_counter()
+    result = run_cohort(cohort_rows(manifest), clean_root, load_pipeline(DEFAULT_PIPELINE),
+                        workers=workers, report=True)
+    failed = [f"{r.subject_id} ({r.stage})" for r in result.results if r.failed]
+    print(f"5. minimum effects: {len(cohorts)} clean scans built in {built:.0f} s, "
+          f"preprocessed in {time.perf_counter() - start:.0f} s"
+          + (f"; refused, so not measured: {', '.join(failed)}" if failed else ""))
+    clean = gather(clean_root, make_missing=False)
+    declared = {**clean.declared, **declared}
+    for s in clean.subjects:
+        if s.status == "cached" and s.qc is not None:
+            values[f"clean:{s.subject_id}"] = s.metrics
+    group_of = {n: cohorts.get(n.split(":", 1)[1]) for n in values if n.startswith("clean:")}
+    synthetic = [n for n, g in group_of.items() if g in ("calibration", "population")]
+    for group in ("calibration", "population", "real"):
+        members[group] = [n for n, g in group_of.items() if g == group]
+        medians_of[group] = synthetic if group != "real" else members[group]
+
+    judged = sorted(m for m in {k for v in values.values() for k in v}
+                    if (declared.get(m) or OWN.get(m)) is None
+                    or (declared.get(m) or OWN[m]).judge != "none")
+    print("   per judged metric: the clean cohorts' largest |value - median| (who), the "
+          "smallest of the demo's image defects that the plain robust z flags, and the "
+          "declared minimum effect (the floor of the spread is it over "
+          f"{OUTLIER_Z:g}):")
+    print(f"   {'metric':<24}{'demo clean':>12}{'calibration':>12}{'population':>12}"
+          f"{'real heads':>12}{'defects min':>13}{'declared':>10}  verdict")
+    flagged_now = cohort_flags({n: values[n] for n in demo_all}, declared)
+    for metric in judged:
+        metric_decl = declared.get(metric)
+        rule = Rule.of(metric_decl) if metric_decl is not None else Rule()
+        largest = _largest_differences(values, members, medians_of, metric)
+        z, median = robust_z([values[n].get(metric, np.nan) for n in demo_all])
+        hits = sorted((abs(values[n][metric] - median), n.split(":", 1)[1])
+                      for n, score in zip(demo_all, z)
+                      if defects[n.split(":", 1)[1]] and np.isfinite(score)
+                      and abs(score) > OUTLIER_Z and score * rule.side >= 0
+                      and not rule.at_bound(values[n][metric]))
+        # The demo and the calibration people are the ordinary cohorts, where no clean
+        # scan should be flagged; the population's deliberate extremes (strong fields,
+        # ghosts) and three real heads from three sites are left to the z.
+        ordinary = max((largest[g][0] for g in ("demo", "calibration") if g in largest),
+                       default=0.0)
+        wider = [g for g in ("population", "real")
+                 if g in largest and largest[g][0] > rule.min_effect]
+        cells = [f"{largest[g][0]:>12.4g}" if g in largest else f"{'-':>12}"
+                 for g in ("demo", "calibration", "population", "real")]
+        defect_cell = (f"{hits[0][0]:>13.4g}" if hits else f"{'none':>13}")
+        effect = rule.min_effect
+        if hits and effect > hits[0][0]:
+            lost = hits[0][1]
+            still = sorted({o.metric for o in flagged_now if o.name == f"demo:{lost}"})
+            verdict = (f"above {lost}'s difference: that flag goes, {lost} is still flagged "
+                       f"by {', '.join(still)}" if still else
+                       f"TOO HIGH: {lost} is no longer flagged at all")
+        elif effect < ordinary:
+            verdict = "below the ordinary cohorts' largest clean difference"
+        else:
+            verdict = "between" if hits else "above the ordinary cohorts' clean differences"
+        if wider:
+            verdict += f"; {' and '.join(wider)} spread wider: the z decides there"
+        who = max(((d, n) for d, n in largest.values()), default=(0.0, "-"))[1]
+        print(f"   {metric:<24}{''.join(cells)}{defect_cell}{effect:>10.4g}  {verdict} "
+              f"(largest clean: {who.split(':', 1)[-1]}"
+              + (f"; smallest defect: {hits[0][1]}" if hits else "") + ")")
+    _flag_counts(values, members, medians_of, defects, declared)
+
+
+def _flag_counts(values, members, medians_of, defects, declared) -> None:
+    """The flags each cohort gets by the z alone and with the declared minimum effects
+    and bounds: clean scans flagged (each a false alarm) and the demo's defects found."""
+    from mriprep.qc.outliers import find_outliers
+
+    plain = {n: Rule(side=Rule.of(m).side) for n, m in declared.items()}
+    for group, names in members.items():
+        cohort = {n: {k: v for k, v in values[n].items()
+                      if k not in declared or declared[k].judge != "none"}
+                  for n in medians_of[group]}
+        before = [o for o in find_outliers(cohort, rules=plain) if o.name in names]
+        after = [o for o in cohort_flags(cohort, declared) if o.name in names]
+        print(f"   {group}: {len(names)} clean scans; flags of clean scans by the z alone "
+              f"{len(before)} ({_named_flags(before)}), with the minimum effects "
+              f"{len(after)} ({_named_flags(after)})")
+        if group == "demo":
+            planted = [n for n in medians_of[group] if defects[n.split(":", 1)[1]]]
+            for rule, flags in (("z alone", find_outliers(cohort, rules=plain)),
+                                ("with the minimum effects", cohort_flags(cohort, declared))):
+                mine = [o for o in flags if o.name in planted]
+                found = {o.name for o in mine}
+                print(f"   demo image defects flagged, {rule}: {len(found)} of "
+                      f"{len(planted)} scans ({_named_flags(mine)})")
+
+
+def _named_flags(flags) -> str:
+    return ", ".join(f"{o.name.split(':', 1)[1]} {o.metric} {o.z:+.1f}" for o in flags) or "none"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cohort", help="a demo cohort folder (mriprep demo DIR)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--work-dir")
+    parser.add_argument("--cache", help="a cache already made from COHORT: run sections 4 "
+                                        "and 5 alone")
     args = parser.parse_args(argv)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="mriprep-bench-report-"))
-    cache_root = share_of_run(Path(args.cohort), work, args.workers, args.rounds)
-    assembly(cache_root, work)
-    against_nilearn(cache_root, work)
+    if args.cache:
+        cache_root = Path(args.cache)
+    else:
+        cache_root = share_of_run(Path(args.cohort), work, args.workers, args.rounds)
+        assembly(cache_root, work)
+        against_nilearn(cache_root, work)
     threshold(cache_root, Path(args.cohort))
+    minimum_effects(cache_root, Path(args.cohort), work, args.workers)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -15,16 +15,23 @@ the check's tensor pass, :mod:`mriprep.check.tensors`) are compared pairwise by
 
 A group whose deviations are mostly shared (:data:`~mriprep.splits.identity.
 UNIFORM_DEVIATION`) is an ``identity-too-uniform`` warning: the pairs it names may be one
-person or one scanner. Pairs are findings (:func:`identity_finding`): ``identity-leak``
-(error) in two splits, ``possible-identity-leak`` (warning) below the error threshold,
-``near-duplicate`` (warning) in one split.
+person or one scanner.
+
+The matched pairs are joined into people: the subject ids linked by a chain of matches
+are one person, and one finding (:func:`person_finding`) names them all with their
+splits, the strongest and the weakest pair, and keeps every pair in its ``details``
+(``--json``). One person under 5 ids is one finding, not 10 pairs. Its code:
+``identity-leak`` (error) when matches at or above the error threshold join ids of two
+splits, ``possible-identity-leak`` (warning) when the person spans two splits only
+through weaker matches, ``near-duplicate`` (warning) when all its ids are in one split
+(or have none).
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -110,14 +117,118 @@ def check_identity(
     # Two ids already reported as holding identical content (any of their sessions) are
     # one finding already: a rescan of a copied subject repeats nothing new.
     reported = [{index[k].subject_id for k in g if k in index} for g in exact_groups]
+    kept = []
     for a, b, corr in pairs:
         ea, eb = index[a], index[b]
         if ea.subject_id == eb.subject_id or any(
             {ea.subject_id, eb.subject_id} <= g for g in reported
         ):
             continue
-        findings.append(identity_finding(ea, eb, corr, threshold))
+        kept.append((ea, eb, corr))
+    findings += [person_finding(group, threshold) for group in people(kept)]
     return findings
+
+
+Pair = tuple[IndexEntry, IndexEntry, float]
+
+
+def _roots(links) -> Callable[[str], str]:
+    """The connected components of ``links`` (pairs of names), as a function naming the
+    component of a name (union-find)."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in links:
+        parent[root(a)] = root(b)
+    return root
+
+
+def people(pairs: list[Pair]) -> list[list[Pair]]:
+    """The matched pairs joined into people: each list holds the pairs of the subject ids
+    a chain of matches links, strongest pair first; the people in the order of their
+    strongest pair."""
+    root = _roots((ea.subject_id, eb.subject_id) for ea, eb, _ in pairs)
+    groups: dict[str, list[Pair]] = defaultdict(list)
+    for pair in pairs:
+        groups[root(pair[0].subject_id)].append(pair)
+    ordered = [sorted(g, key=lambda p: (-p[2], p[0].finding_name, p[1].finding_name))
+               for g in groups.values()]
+    return sorted(ordered, key=lambda g: (-g[0][2], g[0][0].finding_name))
+
+
+def _joins_splits(pairs: list[Pair]) -> bool:
+    """Whether a chain of these pairs joins entries of two different splits."""
+    root = _roots((ea.key, eb.key) for ea, eb, _ in pairs)
+    splits: dict[str, set[str]] = defaultdict(set)
+    for ea, eb, _ in pairs:
+        for e in (ea, eb):
+            if e.split:
+                splits[root(e.key)].add(e.split)
+    return any(len(s) > 1 for s in splits.values())
+
+
+def person_finding(pairs: list[Pair], threshold: float) -> Finding:
+    """One person under several subject ids, from the matched pairs that join them
+    (one of :func:`people`).
+
+    In two splits an ``identity-leak`` error when matches of at least
+    ``max(threshold, IDENTITY_ERROR)`` alone join ids of two splits (each such link is
+    the same person, so a chain of them is), else a ``possible-identity-leak`` warning;
+    in one split (or without splits) a ``near-duplicate`` warning, which inflates no
+    score but still counts one person twice. ``details`` keeps the ids, the splits and
+    every pair with its correlation."""
+    sure = max(threshold, IDENTITY_ERROR)
+    entries = {e.key: e for ea, eb, _ in pairs for e in (ea, eb)}
+    ordered = sorted(entries.values(), key=lambda e: (e.split or "~", e.finding_name))
+    ids = sorted({e.subject_id for e in ordered})
+    splits = sorted({e.split for e in ordered if e.split})
+    names = named([f"{e.finding_name} ({e.split or 'no split'})" for e in ordered])
+
+    def pair(p: Pair) -> str:
+        return f"{p[2]:.3f} ({p[0].finding_name} ~ {p[1].finding_name})"
+
+    scores = (f"identity correlation {pair(pairs[0])}" if len(pairs) == 1 else
+              f"{len(pairs)} matched pairs, identity correlation from {pair(pairs[0])} "
+              f"down to {pair(pairs[-1])}")
+    if len(ids) == 2:
+        who = {"sure": f"{names} show the same person's anatomy",
+               "maybe": f"{names} may show the same person",
+               "one split": f"{names} look like the same person"}
+    else:
+        who = {"sure": f"one person's anatomy is under {len(ids)} subject ids: {names},",
+               "maybe": f"{len(ids)} subject ids may show the same person: {names},",
+               "one split": f"{len(ids)} subject ids look like the same person: {names},"}
+    details = {
+        "ids": ids, "splits": splits,
+        "strongest": round(pairs[0][2], 6), "weakest": round(pairs[-1][2], 6),
+        "pairs": [{"keys": [a.key, b.key], "subjects": [a.subject_id, b.subject_id],
+                   "splits": [a.split, b.split], "correlation": round(corr, 6)}
+                  for a, b, corr in pairs]}
+    keys, subjects = tuple(e.key for e in ordered), tuple(ids)
+    if len(splits) > 1 and _joins_splits([p for p in pairs if p[2] >= sure]):
+        return Finding(
+            "identity-leak",
+            f"{who['sure']} in {len(splits)} splits ({scores}; >= {sure} is certain): one "
+            f"person in two splits makes the {'/'.join(splits)} score optimistic. Give the "
+            "ids one subject id in the manifest and reassign splits by subject (`mriprep "
+            "splits --assign`), then rerun `mriprep run`", keys, subjects, details)
+    if len(splits) > 1:
+        return Finding(
+            "possible-identity-leak",
+            f"{who['maybe']} in {len(splits)} splits ({scores}; from {threshold}, {sure} is "
+            "certain): compare the scans, and if they are one person give them one subject "
+            "id and reassign splits by subject (`mriprep splits --assign`)",
+            keys, subjects, details)
+    return Finding(
+        "near-duplicate",
+        f"{who['one split']} ({scores}, >= {threshold}); if they are one person under "
+        "several ids, merge the ids in the manifest", keys, subjects, details)
 
 
 def _grid(entry: IndexEntry) -> str:
@@ -145,34 +256,3 @@ def _too_uniform(entries: list[IndexEntry], shared: float) -> Finding:
         "scanner or population), and then different people correlate too. Identity "
         "findings here may name different people: compare the named scans",
         tuple(e.key for e in entries), tuple(sorted({e.subject_id for e in entries})))
-
-
-def identity_finding(ea: IndexEntry, eb: IndexEntry, corr: float, threshold: float) -> Finding:
-    """One person under two ids: in two splits an ``identity-leak`` error from
-    ``max(threshold, IDENTITY_ERROR)`` and a ``possible-identity-leak`` warning below;
-    in one split (or without splits) a ``near-duplicate`` warning, which inflates no
-    score but still counts one person twice."""
-    sure = max(threshold, IDENTITY_ERROR)
-    names = (f"{ea.finding_name} ({ea.split or 'no split'}) and "
-             f"{eb.finding_name} ({eb.split or 'no split'})")
-    keys, subjects = (ea.key, eb.key), (ea.subject_id, eb.subject_id)
-    if ea.split and eb.split and ea.split != eb.split:
-        if corr >= sure:
-            return Finding(
-                "identity-leak",
-                f"{names} show the same person's anatomy (identity correlation {corr:.3f} "
-                f">= {sure}): one person in two splits makes the {ea.split}/{eb.split} "
-                "score optimistic. Give the two ids one subject id in the manifest and "
-                "reassign splits by subject (`mriprep splits --assign`), then rerun "
-                "`mriprep run`", keys, subjects)
-        return Finding(
-            "possible-identity-leak",
-            f"{names} may show the same person (identity correlation {corr:.3f}, from "
-            f"{threshold}; {sure} is certain): compare the two scans, and if they are "
-            "one person give them one subject id and reassign splits by subject "
-            "(`mriprep splits --assign`)", keys, subjects)
-    return Finding(
-        "near-duplicate",
-        f"{names} look like the same person (identity correlation {corr:.3f} >= "
-        f"{threshold}); if they are one person under two ids, merge the ids in the "
-        "manifest", keys, subjects)

@@ -151,7 +151,8 @@ def check_index(
     two splits; no identical input image or cached image under two subject ids or in two
     splits; no one person's anatomy under two subject ids: ``identity-leak`` (error) in
     two splits from :data:`~mriprep.splits.IDENTITY_ERROR`, ``possible-identity-leak``
-    (warning) in two splits below it, ``near-duplicate`` (warning) in one split.
+    (warning) in two splits below it, ``near-duplicate`` (warning) in one split, one
+    finding per person (the ids that matches join).
 
     Parameters
     ----------

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from mriprep.cache import IndexEntry
 from mriprep.core.findings import Finding
-from mriprep.qc.measures import declared_metrics, judges, with_stage_declarations
+from mriprep.qc.measures import declared_metrics, with_stage_declarations
 from mriprep.qc.outliers import cohort_flags
 from mriprep.qc.store import read_qc
 
@@ -28,11 +28,12 @@ def check_quality(cache_root, index: Mapping[str, IndexEntry]) -> list[Finding]:
     recorded = {k: doc.get("metrics", {}) for k, doc in docs.items()
                 if doc is not None and doc.get("status") == "cached"}
     declared = declared_metrics(doc for k, doc in docs.items() if k in recorded)
-    # qc.json made before metrics were declared in it: the stages' declarations fill the
-    # gap (imported only then), so the check and the report judge the same sides.
+    # qc.json made before metrics (or their minimum effects) were declared in it: the
+    # stages' declarations fill the gap (imported only then), so the check and the report
+    # judge alike.
     declared = with_stage_declarations(
         declared, {name for metrics in recorded.values() for name in metrics})
-    for outlier in cohort_flags(recorded, judges(declared)):
+    for outlier in cohort_flags(recorded, declared):
         entry = index[outlier.name]
         findings.append(Finding(
             "qc-outlier",

@@ -4,7 +4,7 @@
 dtype the images' cast was checked for, read speed, the near-duplicate search), a table
 of the splits, the findings grouped by severity and code (errors first, at most
 :data:`MAX_FINDINGS_PER_CODE` of each code, the rest counted; then warnings, then infos),
-and the verdict. The
+a summary of the findings by code (severity and count), and the verdict. The
 report's full form for machines is :meth:`~mriprep.check.report.CheckReport.to_json`.
 """
 
@@ -50,9 +50,7 @@ def render_report(report: CheckReport, command: str = "mriprep check") -> str:
         by_code[(finding.severity, finding.code)].append(finding)
     if by_code:
         lines.append("")
-    for (severity, code), findings in sorted(
-        by_code.items(), key=lambda kv: (_SEVERITY_ORDER.index(kv[0][0]), kv[0][1])
-    ):
+    for (severity, code), findings in _ordered(by_code):
         for finding in findings[:MAX_FINDINGS_PER_CODE]:
             lines.append(f"{severity.upper():<8}{code:<24}{finding.message}")
         if len(findings) > MAX_FINDINGS_PER_CODE:
@@ -60,11 +58,22 @@ def render_report(report: CheckReport, command: str = "mriprep check") -> str:
                 f"{'':<32}... and {len(findings) - MAX_FINDINGS_PER_CODE} more {code} "
                 "finding(s); see --json"
             )
+    if by_code:
+        lines += ["", "findings by code:"]
+        lines += [f"  {severity.upper():<8}{code:<24}{len(findings):>5}"
+                  for (severity, code), findings in _ordered(by_code)]
     n_err, n_warn, n_info = len(report.errors), len(report.warnings), len(report.infos)
     verdict = "FAILED" if n_err else "OK"
     infos = f", {n_info} info" if n_info else ""
     lines += ["", f"{verdict}: {n_err} error(s), {n_warn} warning(s){infos}"]
     return "\n".join(lines)
+
+
+def _ordered(by_code: dict) -> list:
+    """(severity, code) -> findings, errors first, then warnings, then infos, each by
+    code."""
+    return sorted(by_code.items(),
+                  key=lambda kv: (_SEVERITY_ORDER.index(kv[0][0]), kv[0][1]))
 
 
 def _table_line(table: dict) -> str:

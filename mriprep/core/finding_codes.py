@@ -2,7 +2,7 @@
 
 A :class:`~mriprep.core.findings.Finding` takes its severity from this registry, and
 refuses a code that is not in it, so that every code a command can print is explained by
-``mriprep check --explain CODE`` and listed in the README (rendered by
+``mriprep check --explain CODE`` and listed in docs/qc.md (rendered by
 :mod:`mriprep.check.codes`, and a test keeps the two equal). No code has a severity
 that depends on its context: where the context decides (one person in two splits or
 in one), the finding takes another code.
@@ -173,6 +173,24 @@ _REGISTRY = (
         "check that the label map belongs to this image and was resampled with its "
         "affine; regenerate it from this image"),
     FindingCode(
+        "label-islands", W, "a structure of a label map has more of its voxels scattered "
+                            "as specks far from its body than automatic segmentations "
+                            "leave (a bad resampling, noise written as labels)",
+        "look at the structure in the QC report; regenerate the map, or remove the "
+        "specks (keep each structure's largest connected pieces)"),
+    FindingCode(
+        "label-volume", W, "structures of a label map are far larger or smaller than the "
+                           "cohort's, as a share of the labelled volume (robust z over "
+                           "the cohort's maps, with a floor on the spread)",
+        "look at the structures in the QC report and the segmentation; regenerate or fix "
+        "the map, or leave the entry out"),
+    FindingCode(
+        "label-structure-missing", W, "a label map has no voxel of structures that most "
+                                      "of the cohort's maps hold (a missing cerebellum, "
+                                      "a cut field of view)",
+        "check the field of view and the segmentation; regenerate the map, or leave the "
+        "entry out"),
+    FindingCode(
         "lut-cortex-lost", E, "a label map has cerebral cortex (3/42) but no cortical "
                               "parcels (1000-2999): the aparc rules would send all its "
                               "cortex to background (an aseg.mgz)",
@@ -225,21 +243,21 @@ _REGISTRY = (
         "duplicate-session", W, "the same image is repeated within one subject and split: "
                                 "no leak, but one scan weighs twice",
         "drop the repeated scan from the manifest", _LEAKS),
-    # -- one person under two ids (mriprep.check.identity) --------------------------------
+    # -- one person under several ids (mriprep.check.identity): one finding per person ---
     FindingCode(
-        "identity-leak", E, "two subject ids in two splits show the same person's anatomy "
+        "identity-leak", E, "subject ids in two or more splits show one person's anatomy "
                             "(identity correlation >= 0.7)",
-        "give the two ids one subject id in the manifest, reassign splits by subject "
+        "give the ids one subject id in the manifest, reassign splits by subject "
         "(`mriprep splits --assign`) and rerun `mriprep run`"),
     FindingCode(
-        "possible-identity-leak", W, "two subject ids in two splits may show the same "
+        "possible-identity-leak", W, "subject ids in two or more splits may show one "
                                      "person (identity correlation below the error "
                                      "threshold)",
-        "compare the two scans; if they are one person, give them one subject id and "
+        "compare the scans; if they are one person, give them one subject id and "
         "reassign splits by subject"),
     FindingCode(
-        "near-duplicate", W, "two subject ids in one split look like the same person",
-        "if they are one person under two ids, merge the ids in the manifest"),
+        "near-duplicate", W, "subject ids in one split look like one person",
+        "if they are one person under several ids, merge the ids in the manifest"),
     FindingCode(
         "identity-too-uniform", W, "the entries deviate from the reference population "
                                    "alike, so identity findings may name different people",

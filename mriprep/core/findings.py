@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from mriprep.core.finding_codes import CODES, FindingCode, Severity
 
@@ -63,18 +63,24 @@ class Finding:
     keys: tuple[str, ...] = ()
     subjects: tuple[str, ...] = ()
     severity: Severity = field(init=False)
+    # What a finding that sums up several (an identity group's matched pairs) keeps of
+    # each, for --json: plain JSON values. Not part of a finding's identity.
+    details: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "severity", registered(self.code).severity)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "severity": self.severity.value,
             "code": self.code,
             "message": self.message,
             "keys": list(self.keys),
             "subjects": list(self.subjects),
         }
+        if self.details is not None:
+            doc["details"] = dict(self.details)
+        return doc
 
 
 class FindingsMixin:

@@ -4,6 +4,8 @@ Subjects come from two sources: the index (cached entries, whichever run made th
 the last run's report (failed subjects, with their stage and reason, and the stage
 metrics of every subject it ran). Each subject's QC is read from ``CACHE/qc/<key>``, or
 made from the cache when the run made none (:func:`mriprep.qc.subject.qc_from_cache`).
+A subject's time is that of the run that made its entry, kept in its ``qc.json``: a
+rerun that skipped the entry took a fraction of a second, and the page says it reused it.
 Nothing here raises for a damaged cache: what cannot be read becomes a problem the
 report shows.
 """
@@ -20,9 +22,9 @@ from mriprep.cache import Cache, IndexEntry, read_entries
 from mriprep.cache.run_report import RunReport, SubjectResult, read_latest_run_report
 from mriprep.core.errors import CacheError
 from mriprep.stages.qc_declaration import QCMetric
-from mriprep.qc.measures import declared_metrics, judges, with_stage_declarations
-from mriprep.qc.outliers import Outlier, cohort_flags, robust_z
-from mriprep.qc.store import read_qc, write_qc
+from mriprep.qc.measures import declared_metrics, with_stage_declarations
+from mriprep.qc.outliers import Outlier, cohort_flags, cohort_scores
+from mriprep.qc.store import read_qc, record_made_by_run, write_qc
 
 
 @dataclass
@@ -38,7 +40,10 @@ class ReportSubject:
     reason: str = ""
     stage_metrics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # The time of the run that made the entry (not of a rerun that skipped it).
     seconds: float | None = None
+    # The last run found the entry cached and skipped it: an earlier run made it.
+    reused: bool = False
     qc: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
     outliers: list[Outlier] = field(default_factory=list)
@@ -121,10 +126,13 @@ def gather(cache_root: str | Path, make_missing: bool = True,
         row = rows.get(entry.identity)
         subject = ReportSubject(entry.subject_id, entry.session_id, entry.split or "",
                                 "cached", key=entry.key, problems=_damage(cache, entry))
-        if row is not None and row.key == entry.key:
+        if row is not None and row.key == entry.key and row.status != "skipped":
             _take_row(subject, row)
         else:
+            # A skipped row's time is the skip's and it carries no warnings: the
+            # entry's own record says what the run that made it did.
             _take_meta(subject, cache)
+            subject.reused = row is not None and row.key == entry.key
         data.subjects.append(subject)
     for ident, row in rows.items():
         if ident in seen or not row.failed:
@@ -137,6 +145,7 @@ def gather(cache_root: str | Path, make_missing: bool = True,
     for done, subject in enumerate(data.subjects, 1):
         try:
             _attach_qc(cache, subject, make_missing)
+            _made_by_run(cache, subject, data.run)
         except Exception as exc:  # noqa: BLE001 - one damaged subject is shown, not fatal
             subject.problems.append(f"its QC could not be read: {type(exc).__name__}: {exc}")
         if progress is not None:
@@ -230,6 +239,25 @@ def _attach_qc(cache: Cache, subject: ReportSubject, make_missing: bool) -> None
                                 f"{cache.root}: {exc}")
 
 
+def _made_by_run(cache: Cache, subject: ReportSubject, run: dict[str, Any]) -> None:
+    """The time of the run that made a cached entry: the last run's, kept in its
+    ``qc.json`` when that run made it; read back from there when a run before made it."""
+    if subject.status != "cached" or subject.qc is None:
+        return
+    if subject.seconds is None:  # made by an earlier run than the last
+        subject.seconds = (subject.qc.get("made_by_run") or {}).get("seconds")
+        return
+    made = {"seconds": subject.seconds, "run_started": run.get("started")}
+    if subject.qc.get("made_by_run") == made:
+        return
+    try:
+        record_made_by_run(cache.root, subject.key, made)
+        subject.qc["made_by_run"] = made
+    except OSError as exc:
+        subject.problems.append(f"the time of the run that made it could not be kept in "
+                                f"its qc.json ({exc}): a rerun's report will not show it")
+
+
 def _damage(cache: Cache, entry: IndexEntry) -> list[str]:
     """Cheap signs of a damaged entry: a tensor file missing or not of the size its index
     entry records (the checksums are ``mriprep check``'s job)."""
@@ -249,11 +277,12 @@ def _flag_outliers(subjects: list[ReportSubject], declared: dict[str, QCMetric])
     """Each cached subject's outlier flags, and its place in the cohort on every metric."""
     by_key = {s.key: s for s in subjects}
     cached = {s.key: s.metrics for s in subjects if s.status == "cached" and s.qc is not None}
-    for outlier in cohort_flags(cached, judges(declared)):
+    for outlier in cohort_flags(cached, declared):
         by_key[outlier.name].outliers.append(outlier)
     for metric in sorted({m for values in cached.values() for m in values}):
         keys = list(cached)
-        z, median = robust_z([_number(cached[k].get(metric)) for k in keys])
+        z, median = cohort_scores([_number(cached[k].get(metric)) for k in keys],
+                                  declared.get(metric))
         for key, score in zip(keys, z):
             by_key[key].cohort[metric] = (median, float(score))
 

@@ -7,6 +7,18 @@ Iglewicz and Hoaglin's modified z. Where more than half of the cohort shares one
 absolute deviation scaled by 1.2533 stands in, as is usual for this statistic; a metric
 on which every subject agrees flags nobody.
 
+A z alone measures a difference against the cohort's spread, and a cohort that agrees
+closely (a registration overlap of 1.0000 against 0.9999) turns a difference nobody
+cares about into a z of -8. So each metric declares, with its stage
+(:class:`~mriprep.stages.qc_declaration.QCMetric`), its **minimum effect**: the smallest
+difference from the cohort's median that matters, in the metric's unit. A value is
+flagged when its |robust z| exceeds :data:`OUTLIER_Z` **and** it lies at least the
+minimum effect from the median. The spread is never taken as smaller than the minimum
+effect over :data:`OUTLIER_Z` (:func:`spread_floor`): where that floor holds, a z above
+the threshold means a difference above the minimum effect, and the z shown is not
+inflated by a cohort of near-copies. A value **at one of its metric's declared bounds**
+(an overlap of exactly 1, no filled voxel) is never flagged for sitting there.
+
 :data:`OUTLIER_Z` is 3.5, Iglewicz and Hoaglin's recommendation, with its measured
 distribution where it is defined. The flags point a person at a scan; the report's
 pictures show why.
@@ -20,7 +32,8 @@ from typing import Mapping
 
 import numpy as np
 
-from mriprep.qc.measures import OWN, judges as own_judges
+from mriprep.qc.measures import OWN
+from mriprep.stages.qc_declaration import QCMetric
 
 # Measured on the demo cohort (make bench, report; docs/benchmarks.md, "QC"; 2026-12-03):
 # clean scans largest |z| 1.9 (5.1 on the good side of a count); planted defects that are
@@ -37,12 +50,42 @@ _SIDES = {"both": 0, "high": 1, "low": -1}
 MIN_COHORT = 5
 _MAD_TO_SIGMA = 1.4826
 _MEAN_AD_TO_SIGMA = 1.2533
+# A value this close to a declared bound (relative to the bound, or absolute near 0)
+# sits at it: an overlap computed as 0.9999999999 is 1.
+_AT_BOUND = 1e-9
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one metric is judged: ``side`` (+1 only high values, -1 only low ones, 0
+    both), the smallest difference from the median that matters (``min_effect``, in the
+    metric's unit; 0: any difference a z finds) and the values it cannot pass
+    (``bounds``, low and high, None where open)."""
+
+    side: int = 0
+    min_effect: float = 0.0
+    bounds: tuple[float | None, float | None] = (None, None)
+
+    @classmethod
+    def of(cls, metric: QCMetric) -> "Rule":
+        """The rule a metric's declaration gives (judged ``"none"``: not a rule; the
+        caller leaves the metric out)."""
+        return cls(_SIDES.get(metric.judge, 0), metric.min_effect or 0.0,
+                   metric.bounds or (None, None))
+
+    @property
+    def floor(self) -> float:
+        return spread_floor(self.min_effect)
+
+    def at_bound(self, value: float) -> bool:
+        return any(b is not None and abs(value - b) <= _AT_BOUND * max(1.0, abs(b))
+                   for b in self.bounds)
 
 
 @dataclass(frozen=True)
 class Outlier:
-    """One flagged value: who, which metric, the value, its robust z and the cohort's
-    median."""
+    """One flagged value: who, which metric, the value, its robust z, the cohort's
+    median, and the metric's minimum effect."""
 
     name: str
     metric: str
@@ -50,16 +93,27 @@ class Outlier:
     z: float
     median: float
     cohort: int
+    min_effect: float = 0.0
 
     def describe(self) -> str:
         side = "above" if self.z > 0 else "below"
+        effect = (f"; {abs(self.value - self.median):.3g} from it, at least "
+                  f"{self.min_effect:.3g} matters" if self.min_effect > 0 else "")
         return (f"{self.metric} = {self.value:.4g} is far {side} the cohort's median "
-                f"{self.median:.4g} (robust z {self.z:+.1f}, |z| > {OUTLIER_Z:g}, "
+                f"{self.median:.4g} (robust z {self.z:+.1f}, |z| > {OUTLIER_Z:g}{effect}; "
                 f"{self.cohort} subjects)")
 
 
-def robust_z(values: np.ndarray) -> tuple[np.ndarray, float]:
-    """The robust z of each finite value (NaN elsewhere) and the median."""
+def spread_floor(min_effect: float, threshold: float = OUTLIER_Z) -> float:
+    """The smallest spread a metric's robust z divides by: its minimum effect over the
+    z threshold, so that where a cohort agrees more closely than that, a z above the
+    threshold is a difference above the minimum effect."""
+    return max(float(min_effect), 0.0) / threshold
+
+
+def robust_z(values: np.ndarray, floor: float = 0.0) -> tuple[np.ndarray, float]:
+    """The robust z of each finite value (NaN elsewhere) and the median; the spread is
+    never taken below ``floor`` (see :func:`spread_floor`)."""
     values = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(values)
     z = np.full(values.shape, np.nan)
@@ -70,6 +124,7 @@ def robust_z(values: np.ndarray) -> tuple[np.ndarray, float]:
     scale = _MAD_TO_SIGMA * float(np.median(deviation))
     if scale == 0.0:
         scale = _MEAN_AD_TO_SIGMA * float(np.mean(deviation))
+    scale = max(scale, floor)
     if scale == 0.0:
         z[finite] = 0.0
     else:
@@ -79,47 +134,65 @@ def robust_z(values: np.ndarray) -> tuple[np.ndarray, float]:
 
 def find_outliers(metrics: Mapping[str, Mapping[str, float]],
                   threshold: float = OUTLIER_Z,
-                  sides: Mapping[str, int] | None = None) -> list[Outlier]:
-    """Every (subject, metric) with |robust z| above ``threshold``.
+                  rules: Mapping[str, Rule] | None = None) -> list[Outlier]:
+    """Every (subject, metric) with |robust z| above ``threshold``, at least its rule's
+    minimum effect from the median, on its rule's side and not at one of its bounds.
 
     ``metrics`` maps a subject's name to its metrics. A metric is judged over the
     subjects that have a finite value of it, when they are at least :data:`MIN_COHORT`.
-    ``sides`` limits a metric to one side: +1 flags only high values (a count of
-    problems, where fewer than the cohort is no problem), -1 only low ones.
+    ``rules`` maps a metric to its :class:`Rule`; a metric without one is judged on both
+    sides with no minimum effect and no bounds.
     """
-    sides = sides or {}
+    rules = rules or {}
     names = sorted(metrics)
     keys = sorted({k for m in metrics.values() for k in m})
     found = []
     for key in keys:
+        rule = rules.get(key, Rule())
         values = np.array([_number(metrics[n].get(key)) for n in names])
         cohort = int(np.isfinite(values).sum())
         if cohort < MIN_COHORT:
             continue
-        z, median = robust_z(values)
+        z, median = robust_z(values, rule.floor)
         for name, value, score in zip(names, values, z):
-            side = sides.get(key, 0)
-            if np.isfinite(score) and abs(score) > threshold and score * side >= 0:
-                found.append(Outlier(name, key, float(value), float(score), median, cohort))
+            if (np.isfinite(score) and abs(score) > threshold and score * rule.side >= 0
+                    and abs(value - median) >= rule.min_effect
+                    and not rule.at_bound(float(value))):
+                found.append(Outlier(name, key, float(value), float(score), median, cohort,
+                                     rule.min_effect))
     return found
 
 
-def judged(metrics: Mapping[str, float], judges: Mapping[str, str]) -> dict[str, float]:
-    """The metrics of one subject that the cohort judges (``judges``: name -> how, see
-    :data:`mriprep.stages.qc_declaration.JUDGES`; a name it lacks is judged both ways)."""
-    return {k: v for k, v in metrics.items() if judges.get(k, "both") != "none"}
+def judged(metrics: Mapping[str, float], declared: Mapping[str, QCMetric]) -> dict[str, float]:
+    """The metrics of one subject that the cohort judges (``declared``: name -> its
+    declaration; a name it lacks is judged both ways)."""
+    return {k: v for k, v in metrics.items()
+            if k not in declared or declared[k].judge != "none"}
+
+
+def cohort_rules(declared: Mapping[str, QCMetric] | None = None) -> dict[str, Rule]:
+    """Name -> :class:`Rule` of every declared measure: the QC's own, completed (and
+    overridden) by ``declared``."""
+    return {name: Rule.of(metric) for name, metric in {**OWN, **(declared or {})}.items()}
 
 
 def cohort_flags(metrics: Mapping[str, Mapping[str, float]],
-                 judges: Mapping[str, str] | None = None) -> list[Outlier]:
-    """The report's and the check's flags: judged metrics, each on its declared side.
+                 declared: Mapping[str, QCMetric] | None = None) -> list[Outlier]:
+    """The report's and the check's flags: judged metrics, each by its declared rule.
 
-    ``judges`` maps a metric to how it is judged (``mriprep.qc.measures.judges`` of the
-    subjects' ``qc.json`` documents); the QC's own metrics are known without it."""
-    judges = {**own_judges(OWN), **(judges or {})}
-    sides = {name: _SIDES[how] for name, how in judges.items() if how in _SIDES}
-    return find_outliers({name: judged(m, judges) for name, m in metrics.items()},
-                         sides=sides)
+    ``declared`` maps a metric to its declaration (``mriprep.qc.measures.declared_metrics``
+    of the subjects' ``qc.json`` documents, completed by ``with_stage_declarations``); the
+    QC's own metrics are known without it."""
+    declared = {**OWN, **(declared or {})}
+    return find_outliers({name: judged(m, declared) for name, m in metrics.items()},
+                         rules=cohort_rules(declared))
+
+
+def cohort_scores(values, metric: QCMetric | None) -> tuple[np.ndarray, float]:
+    """Robust z of each value and the median, as the flags of ``metric`` compute them
+    (its spread floor), for a report to show each subject's place in the cohort."""
+    rule = Rule.of(metric) if metric is not None else Rule()
+    return robust_z(values, rule.floor)
 
 
 def _number(value) -> float:

@@ -44,6 +44,16 @@ class QCMetric:
     stages; ``key`` the entry of the stage's metrics it reads (a number or a bool).
     ``fmt`` is a format spec (``".3f"``); empty: the report's general number format.
     ``column``: also a column of the index table and a panel of the cohort's plot.
+
+    A judged measure declares how far from its cohort's median a value must lie to
+    matter: ``min_effect``, in ``unit`` (a flag needs a robust z beyond the threshold
+    *and* this difference; the z's spread is never taken below it over the threshold,
+    see :mod:`mriprep.qc.outliers`), set from the spread of clean scans against the
+    planted defects (``make bench``, report). ``bounds`` (low, high; None where open)
+    are the values the measure cannot pass: a value at one is never flagged for sitting
+    there. ``min_effect`` None: not declared (a ``qc.json`` written before it was, which
+    :func:`mriprep.qc.measures.with_stage_declarations` completes); then any difference
+    a z finds counts.
     """
 
     name: str
@@ -55,27 +65,57 @@ class QCMetric:
     judge: str = "both"
     column: bool = False
     fmt: str = ""
+    min_effect: float | None = None
+    bounds: tuple[float | None, float | None] | None = None
 
     def __post_init__(self) -> None:
         if self.judge not in JUDGES:
             raise ValueError(f"QCMetric {self.name!r}: judge {self.judge!r} is not one of "
                              f"{', '.join(JUDGES)}")
+        if self.min_effect is not None and not (
+                isinstance(self.min_effect, (int, float)) and self.min_effect >= 0):
+            raise ValueError(f"QCMetric {self.name!r}: min_effect {self.min_effect!r} must "
+                             "be a difference >= 0 in the metric's unit (0: any difference)")
+        if self.bounds is not None:
+            if len(self.bounds) != 2 or (None not in self.bounds
+                                         and not self.bounds[0] < self.bounds[1]):
+                raise ValueError(f"QCMetric {self.name!r}: bounds {self.bounds!r} must be "
+                                 "(low, high) with low < high, None for an open side")
+            object.__setattr__(self, "bounds", tuple(self.bounds))
 
     def to_json(self) -> dict[str, Any]:
         """What ``qc.json`` keeps of the declaration (the report and ``mriprep check``
         read it without importing the stage)."""
         return {"label": self.label, "meaning": self.meaning, "unit": self.unit,
                 "better": self.better, "judge": self.judge, "column": self.column,
-                "fmt": self.fmt}
+                "fmt": self.fmt, "min_effect": self.min_effect,
+                "bounds": list(self.bounds) if self.bounds is not None else None}
 
     @classmethod
     def from_json(cls, name: str, doc: Mapping[str, Any]) -> "QCMetric":
         judge = doc.get("judge")
+        effect = doc.get("min_effect")
+        bounds = doc.get("bounds")
         return cls(name=name, label=str(doc.get("label") or name),
                    meaning=str(doc.get("meaning") or ""), unit=str(doc.get("unit") or ""),
                    better=str(doc.get("better") or "-"),
                    judge=judge if judge in JUDGES else "both",
-                   column=bool(doc.get("column")), fmt=str(doc.get("fmt") or ""))
+                   column=bool(doc.get("column")), fmt=str(doc.get("fmt") or ""),
+                   min_effect=(float(effect) if isinstance(effect, (int, float))
+                               and not isinstance(effect, bool) and effect >= 0 else None),
+                   bounds=_bounds(bounds))
+
+
+def _bounds(doc: Any) -> tuple[float | None, float | None] | None:
+    """``bounds`` as ``qc.json`` keeps them ([low, high], null for an open side), or None
+    when absent or not of that form."""
+    if not isinstance(doc, (list, tuple)) or len(doc) != 2:
+        return None
+    if not all(b is None or (isinstance(b, (int, float)) and not isinstance(b, bool))
+               for b in doc):
+        return None
+    low, high = (None if b is None else float(b) for b in doc)
+    return None if low is not None and high is not None and low >= high else (low, high)
 
 
 @dataclass(frozen=True)

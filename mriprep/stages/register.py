@@ -439,10 +439,11 @@ _QC = StageQC(
     metrics=(
         QCMetric("registration_similarity", "reg. similarity",
                  "correlation of the registered scan with the template inside its brain",
-                 key="similarity", better="higher", column=True),
+                 key="similarity", better="higher", column=True, min_effect=0.02,
+                 bounds=(-1.0, 1.0)),
         QCMetric("registration_overlap", "reg. overlap",
                  "share of the template's brain covered by the registered scan",
-                 key="overlap", better="higher"),
+                 key="overlap", better="higher", min_effect=0.02, bounds=(0.0, 1.0)),
         QCMetric("head_scale", "head size",
                  "size of the brain relative to the template's (the cube root of the "
                  "registration's affine determinant; adults 0.82-1.18x MNI)",
@@ -450,7 +451,8 @@ _QC = StageQC(
         QCMetric("bias_ratio", "bias field",
                  "largest over smallest value of the receive field the registration "
                  "divided out (N4, estimated on the 8 mm level)",
-                 key="bias_ratio", better="lower", judge="high"),
+                 key="bias_ratio", better="lower", judge="high", min_effect=1.0,
+                 bounds=(1.0, None)),
         QCMetric("skull_stripped", "skull-stripped",
                  "1 when no scalp lies where a head's scalp would be: the input was "
                  "brain-extracted", key="skull_stripped", judge="none"),

@@ -340,7 +340,7 @@ _QC = StageQC(
     metrics=(QCMetric("filled_voxels", "filled",
                       "NaN, Inf and extreme voxels the sanitize stage replaced",
                       key="replaced", unit="voxels", better="lower", judge="high",
-                      column=True),),
+                      column=True, min_effect=100, bounds=(0, None)),),
     causes=(InvalidCause("filled", "NaN, Inf or extreme value, filled by sanitize",
                          "#ff00ff", "magenta", not_finite_input=True),),
     readings={FILLED_COUNTS: lambda m: {k: m.get(k) for k in ("nan", "posinf", "neginf",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mriprep.qc.outliers import MIN_COHORT, OUTLIER_Z, find_outliers, robust_z
+from mriprep.qc.outliers import MIN_COHORT, OUTLIER_Z, Rule, find_outliers, robust_z
 
 
 def test_robust_z_is_the_modified_z_of_a_normal_sample():
@@ -43,6 +43,6 @@ def test_small_cohorts_and_missing_values_flag_nobody():
 def test_one_sided_metrics_flag_only_their_bad_side():
     cohort = {f"s{i}": {"invalid": v} for i, v in enumerate([0.2, 0.21, 0.19, 0.2, 0.2, 0.01])}
     assert [o.name for o in find_outliers(cohort)] == ["s5"]
-    assert find_outliers(cohort, sides={"invalid": 1}) == []
+    assert find_outliers(cohort, rules={"invalid": Rule(side=1)}) == []
     cohort["s6"] = {"invalid": 0.9}
-    assert [o.name for o in find_outliers(cohort, sides={"invalid": 1})] == ["s6"]
+    assert [o.name for o in find_outliers(cohort, rules={"invalid": Rule(side=1)})] == ["s6"]

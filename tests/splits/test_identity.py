@@ -8,6 +8,8 @@ size, in its centre), fingerprinted by the check's own tensor pass.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from scipy import ndimage
@@ -296,7 +298,8 @@ def entry(name: str, split: str, *, registered: bool = True, shape=MNI_SHAPE,
 
 def identity_findings(splits: dict[str, str], prints: dict[str, np.ndarray], **kw):
     """(pairs named per code, other identity findings, search info) of check_index on
-    entries ``name -> split`` with those fingerprints."""
+    entries ``name -> split`` with those fingerprints. A finding is one person: its code
+    covers every matched pair among its ids, as its ``details`` list them."""
     from mriprep.check.index import check_index
 
     index = {}
@@ -312,16 +315,18 @@ def identity_findings(splits: dict[str, str], prints: dict[str, np.ndarray], **k
     rest = []
     for f in found:
         if f.code in IDENTITY_CODES:
-            pairs.setdefault(f.code, set()).add(frozenset(names[k] for k in f.keys))
+            assert set(f.keys) == {k for p in f.details["pairs"] for k in p["keys"]}
+            pairs.setdefault(f.code, set()).update(
+                frozenset(names[k] for k in p["keys"]) for p in f.details["pairs"])
         elif f.code.startswith("identity"):
             rest.append(f)
     return pairs, rest, info
 
 
-def cross_pairs(splits: dict[str, str], who: str) -> set:
+def all_pairs(splits: dict[str, str], who: str) -> set:
     ids = [n for n in splits if n.startswith(who)]
     return {frozenset((a.replace("_", "-"), b.replace("_", "-")))
-            for a in ids for b in ids if a < b and splits[a] != splits[b]}
+            for a in ids for b in ids if a < b}
 
 
 def test_one_person_dominating_a_small_cohort_is_named_across_splits(colin_prints, other_person):
@@ -332,9 +337,9 @@ def test_one_person_dominating_a_small_cohort_is_named_across_splits(colin_print
               "colin27_brain": "test", "person": "train", "person_moved": "train"}
     pairs, _, info = identity_findings(splits, {**colin_prints, **other_person})
     assert info["centre"] == "reference"
-    assert pairs["identity-leak"] == cross_pairs(splits, "colin27")  # all 5, as errors
-    assert pairs["near-duplicate"] == {frozenset(("colin27", "colin27-5mm-noisy")),
-                                       frozenset(("person", "person-moved"))}
+    # Colin27 is one person in three splits: one error holding all 6 of its pairs
+    assert pairs["identity-leak"] == all_pairs(splits, "colin27")
+    assert pairs["near-duplicate"] == {frozenset(("person", "person-moved"))}
     assert "possible-identity-leak" not in pairs  # and Colin27 is nobody else
 
 
@@ -345,7 +350,7 @@ def test_two_people_pair_colin27_with_its_05mm_copy(colin_prints, other_person):
               "person": "train", "person_moved": "val"}
     pairs, _, _ = identity_findings(splits, {**colin_prints, **other_person})
     assert frozenset(("colin27", "colin27-05mm")) in pairs["identity-leak"]
-    assert pairs["identity-leak"] == cross_pairs(splits, "colin27") | {
+    assert pairs["identity-leak"] == all_pairs(splits, "colin27") | {
         frozenset(("person", "person-moved"))}
     assert set(pairs) == {"identity-leak"}
 
@@ -371,7 +376,7 @@ def test_a_cache_of_one_person_is_too_uniform_to_judge(colin_prints):
     pairs, [uniform], _ = identity_findings(splits, colin_prints)
     assert uniform.code == "identity-too-uniform" and uniform.severity == "warning"
     assert "one person is under most of their ids" in uniform.message
-    assert pairs["identity-leak"] == cross_pairs(splits, "colin27")  # still named
+    assert pairs["identity-leak"] == all_pairs(splits, "colin27")  # still named
 
 
 def random_prints(names, seed=0) -> dict[str, np.ndarray]:
@@ -409,3 +414,83 @@ def test_an_unregistered_pipeline_finds_only_identical_acquisitions():
     assert info["centre"] == "cohort"
     [note] = info["notes"]
     assert "conform_1mm" in note and "only identical acquisitions" in note
+
+
+# --- one finding per person -------------------------------------------------------------
+
+OFF_REFERENCE = {"shape": (50, 59, 48), "affine": np.diag([4.0, 4.0, 4.0, 1.0]),
+                 "pipeline": "t1w-4mm"}
+
+
+def person_findings(splits: dict[str, str], prints: dict[str, np.ndarray]):
+    """The identity findings of check_index on entries ``name -> split`` off the
+    reference grid (centred on the cohort), registered."""
+    from mriprep.check.index import check_index
+
+    index = {e.key: e for e in (entry(n, sp, **OFF_REFERENCE) for n, sp in splits.items())}
+    keys = {e.subject_id: e.key for e in index.values()}
+    found = check_index(index, {keys[n.replace("_", "-")]: prints[n] for n in splits},
+                        search_info={})
+    return [f for f in found if f.code in IDENTITY_CODES]
+
+
+def strangers_and(person: dict[str, tuple[str, np.ndarray]], strangers: int = 10):
+    """(splits, prints) of ``strangers`` unrelated people in train/val/test and the
+    scans ``person`` gives (name -> (split, fingerprint))."""
+    names = [f"other_{i}" for i in range(strangers)]
+    prints = random_prints(names, seed=5)
+    splits = {n: ("train", "val", "test")[i % 3] for i, n in enumerate(names)}
+    for name, (split, fingerprint) in person.items():
+        splits[name], prints[name] = split, fingerprint
+    return splits, prints
+
+
+def mixed(base: np.ndarray, corr: float, seed: int) -> np.ndarray:
+    """A fingerprint correlated about ``corr`` with ``base``."""
+    noise = np.random.default_rng(seed).standard_normal(base.shape).astype(np.float32)
+    return (corr * base + np.sqrt(1 - corr ** 2) * noise).astype(np.float32)
+
+
+def test_one_person_under_five_ids_is_one_finding_naming_ids_and_splits():
+    """Issue 47: one person under 5 ids gave 10 pairwise findings."""
+    [base] = random_prints(["p"], seed=9).values()
+    person = {f"sub_p{i}": (split, mixed(base, 0.97, i))
+              for i, split in enumerate(("train", "train", "val", "val", "test"), 1)}
+    splits, prints = strangers_and(person)
+    [finding] = person_findings(splits, prints)
+    assert finding.code == "identity-leak" and finding.severity == "error"
+    assert finding.subjects == tuple(f"sub-p{i}" for i in range(1, 6))
+    for i, split in enumerate(("train", "train", "val", "val", "test"), 1):
+        assert re.search(rf"sub-p{i} \[\w+\] \({split}\)", finding.message)
+    assert "5 subject ids" in finding.message and "3 splits" in finding.message
+    details = finding.details
+    assert details["ids"] == [f"sub-p{i}" for i in range(1, 6)]
+    assert details["splits"] == ["test", "train", "val"]
+    assert len(details["pairs"]) == 10  # every pair kept, for --json
+    scores = [p["correlation"] for p in details["pairs"]]
+    assert details["strongest"] == max(scores) and details["weakest"] == min(scores)
+    assert f"{max(scores):.3f}" in finding.message and f"{min(scores):.3f}" in finding.message
+    assert finding.to_json()["details"]["pairs"][0]["keys"][0] in finding.keys
+
+
+def test_a_person_in_one_split_is_one_near_duplicate():
+    [base] = random_prints(["p"], seed=9).values()
+    person = {f"sub_p{i}": ("train", mixed(base, 0.97, i)) for i in range(1, 4)}
+    [finding] = person_findings(*strangers_and(person))
+    assert finding.code == "near-duplicate" and finding.severity == "warning"
+    assert len(finding.details["pairs"]) == 3 and "3 subject ids" in finding.message
+    assert "merge the ids" in finding.message
+
+
+def test_a_person_joined_across_splits_only_by_weak_matches_is_a_possible_leak():
+    """Two scans in train match each other surely; a third in val matches them only
+    between the warning and the error threshold: one warning, not an error."""
+    [base] = random_prints(["p"], seed=9).values()
+    person = {"sub_a": ("train", mixed(base, 0.99, 1)), "sub_b": ("train", mixed(base, 0.99, 2)),
+              "sub_c": ("val", mixed(base, 0.76, 3))}
+    [finding] = person_findings(*strangers_and(person))
+    by_pair = {frozenset(p["subjects"]): p["correlation"] for p in finding.details["pairs"]}
+    assert by_pair[frozenset(("sub-a", "sub-b"))] >= IDENTITY_ERROR
+    assert IDENTITY_WARNING <= by_pair[frozenset(("sub-a", "sub-c"))] < IDENTITY_ERROR
+    assert finding.code == "possible-identity-leak" and finding.severity == "warning"
+    assert "(val)" in finding.message and "(train)" in finding.message

@@ -100,7 +100,7 @@ _QC = StageQC(
     metrics=(QCMetric("masked_slices", "masked slices",
                       "incomplete and artifact slices the mask_slices stage masked",
                       key="n_flagged", unit="slices", better="lower", judge="high",
-                      column=True),),
+                      column=True, min_effect=3, bounds=(0, None)),),
     causes=(InvalidCause("incomplete slice", "zero-filled, constant or cut slice, masked",
                          "#ff9900", "orange"),
             InvalidCause("artifact slice", "spike, dropout or motion slice, masked",
