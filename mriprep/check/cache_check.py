@@ -49,7 +49,8 @@ pair's score does not depend on the rest of the cache; every pair up to
 :data:`~mriprep.splits.EXACT_SEARCH_MAX` entries, LSH above, so that 10,000 entries are
 not 50 million comparisons). In two splits a match is an ``identity-leak`` error from
 :data:`~mriprep.splits.IDENTITY_ERROR`, a ``possible-identity-leak`` warning below it; in
-one split a ``near-duplicate`` warning. Off the reference grid (t1w_mni_rigid's MNI152
+one split a ``near-duplicate`` warning; the ids that matches join are one person, and one
+finding names them all (the pairs in its ``details``). Off the reference grid (t1w_mni_rigid's MNI152
 1 mm) fingerprints are centred on their own cohort (:mod:`mriprep.check.identity`).
 Identity is promised on registered pipelines only: without registration two scans of one
 person are not on one grid, and the check's summary says that only identical
@@ -73,7 +74,9 @@ from mriprep.cache.run_report import read_latest_run_report
 from mriprep.check.entries import scan_entries
 from mriprep.check.headers import check_headers
 from mriprep.check.index import check_geometry, check_index, well_formed_entries
-from mriprep.check.label_table import ABSENT_CLASSES, ClassTable, check_label_table
+from mriprep.check.kept import check_record, keep_record, table_options
+from mriprep.check.label_table import (ABSENT_CLASSES, ClassTable, check_label_table,
+                                       table_source)
 from mriprep.check.labels import check_labels
 from mriprep.check.quality import check_quality
 from mriprep.check.manifest import check_against_manifest, manifest_name, manifest_rows
@@ -98,6 +101,7 @@ def check_cache(
     label_table: ClassTable | None = None,
     absent_classes: str = "error",
     label_progress: Callable[[int, int], None] | None = None,
+    keep: bool = True,
 ) -> CheckReport:
     """Check a cache for everything that would make training fail or mislead.
 
@@ -139,6 +143,11 @@ def check_cache(
         (``"allow"``) a warning; as ``MRIDataset(absent_classes=...)``.
     label_progress : callable, optional
         Called as ``progress(done, total)`` after each label map the table judged.
+    keep : bool
+        Keep the findings in the cache (``CACHE/check/findings.json``,
+        :mod:`mriprep.cache.check_record`), with the options and the state of every
+        entry judged, for ``exclude_flagged=`` and the QC report. A cache that cannot be
+        written is checked all the same; ``report.record`` says why nothing was kept.
 
     Returns
     -------
@@ -168,7 +177,17 @@ def check_cache(
     # A manifest that cannot be read fails the command before the (long) tensor pass.
     rows = manifest_rows(manifest) if manifest is not None else None
     integrity = _integrity(cache, report, cast, workers, progress)
+    options = {"dtype": cast.name,
+               "allowed_labels": sorted(allowed_labels) if allowed_labels is not None
+               else None,
+               "label_table": None if label_table is None
+               else table_options(label_table, table_source(label_table)),
+               "absent_classes": absent_classes,
+               "near_duplicate_threshold": near_duplicate_threshold,
+               "manifest": manifest_name(manifest) if manifest is not None else None}
     if integrity is None:
+        if keep:  # the last check judged nothing: no older record may speak for it
+            report.record = keep_record(root, check_record(report, {}, {}, options))
         report.seconds = time.perf_counter() - started
         return report
     index, scans = integrity
@@ -195,6 +214,10 @@ def check_cache(
         report.findings += check_against_manifest(
             index, rows, read_latest_run_report(root), manifest_name(manifest), tuple(exclusions)
         )
+    if keep:
+        record = check_record(report, index, {k: s.label_counts for k, s in scans.items()},
+                              options, label_table)
+        report.record = keep_record(root, record)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -223,6 +246,9 @@ def verify_cache(
 
 def _cache_root(cache_dir: str | os.PathLike) -> Path:
     root = Path(cache_dir)
+    if root.is_file():
+        raise CacheError(f"{root} is a file, not a cache folder; pass the folder given to "
+                         "`mriprep run -o`")
     if not root.is_dir():
         raise CacheError(
             f"cache folder {root} does not exist; pass the folder given to `mriprep run -o`"

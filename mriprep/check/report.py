@@ -69,6 +69,9 @@ class CheckReport(FindingsMixin):
     near_duplicate_search: dict[str, Any] = field(default_factory=dict)
     # the label table the label maps were judged with (--lut), and what it found
     label_table: dict[str, Any] | None = None
+    # where the findings were kept in the cache, or why they could not be
+    # (mriprep.check.kept.keep_record); None when the check kept nothing
+    record: dict[str, Any] | None = None
 
     @property
     def read_mb_per_s(self) -> float:
@@ -99,6 +102,7 @@ class CheckReport(FindingsMixin):
             "seconds": round(self.seconds, 4),
             "near_duplicate_search": self.near_duplicate_search,
             "label_table": self.label_table,
+            "record": self.record,
         }
 
 

@@ -6,6 +6,11 @@
 the label maps with the label table training will use (:mod:`mriprep.check.label_table`)
 in place of ``--labels``.
 
+The findings are kept in ``CACHE/check/findings.json`` (:mod:`mriprep.cache.check_record`)
+for ``mriprep export --exclude-flagged``, ``MRIDataset(exclude_flagged=...)`` and the QC
+report; a cache that cannot be written is checked all the same, and a warning on stderr
+says that nothing was kept.
+
 Exit status: 0 the cache is sound (warnings and infos may be listed), or the code was
 explained; 1 at least one error was found (or a warning, with ``--strict``); 2 usage
 error (no such cache folder, unreadable manifest or label table, bad option, unknown
@@ -16,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from mriprep.check import check_cache
 from mriprep.check.codes import explain, explain_json, unknown
 from mriprep.check.manifest import read_exclusions
 from mriprep.check.render import render_report
+from mriprep.core.errors import cli_words
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.limits import CAST_LIMITS
 from mriprep.core.progress import ProgressBar
@@ -159,9 +167,51 @@ def _label_table(args: argparse.Namespace):
                       unknown=args.unknown or "error")
 
 
+def _a_file_not_a_cache(path: Path) -> str:
+    """What the file given as the cache is, and what to pass instead."""
+    cache = "the cache folder that `mriprep run ... -o CACHE` wrote"
+    name = path.name.lower()
+    if name.endswith((".csv", ".tsv")):
+        with open(path, newline="", errors="replace") as fh:
+            header = fh.readline().lower().replace("\t", ",").replace('"', "")
+        columns = {c.strip() for c in header.split(",")}
+        if {"subject_id", "image"} <= columns:
+            return (f"{path} is a manifest (a table of subject_id and image), not a cache "
+                    f"folder: pass {cache} from it, and the manifest with --manifest to "
+                    f"check that every row is cached: `mriprep check CACHE --manifest "
+                    f"{path}`")
+        return (f"{path} is a {name[-3:].upper()} table without the subject_id and image "
+                f"columns of a manifest, not a cache folder: pass {cache}")
+    from mriprep.inputs.formats import image_suffix  # nibabel: only on this error
+
+    suffix = image_suffix(path)
+    if suffix:
+        kind = "NIfTI" if suffix.startswith(".nii") else suffix.lstrip(".").upper()
+        return (f"{path} is a {kind} image ({suffix}), not a cache folder: `mriprep check` "
+                f"judges {cache}; list the scan in a manifest (subject_id,image) and "
+                "`mriprep run cohort.csv -o CACHE` first, then `mriprep check CACHE`")
+    if (path.parent / "mriprep-cache.json").is_file():
+        return (f"{path} is a file inside the cache {path.parent}: pass the folder, "
+                f"`mriprep check {path.parent}`")
+    return (f"{path} is a file ({path.stat().st_size} bytes), not a cache folder: pass "
+            f"{cache}")
+
+
 def _usage(message: str) -> int:
     print(f"mriprep check: error: {message}", file=sys.stderr)
     return ExitCode.USAGE
+
+
+def _say_record(record: dict | None) -> None:
+    """Where the findings were kept (for --exclude-flagged and the QC report), or why
+    not: on stderr, so that the report on stdout stays the same."""
+    if record is None:
+        return
+    if record["kept"]:
+        print(f"mriprep check: findings kept in {record['path']} (for --exclude-flagged "
+              "and the QC report)", file=sys.stderr)
+    else:
+        print(f"mriprep check: warning: {cli_words(record['reason'])}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -178,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
     if args.cache is None:
         return _usage("give the cache folder to check (written by `mriprep run -o`), or "
                       "--explain CODE")
+    if os.path.isfile(args.cache):
+        return _usage(_a_file_not_a_cache(Path(args.cache)))
     if args.exclude and not args.manifest:
         return _usage("--exclude lists manifest rows; give the manifest too (--manifest M)")
     table_options = {"--processing": args.processing, "--cortex": args.cortex,
@@ -223,5 +275,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print(render_report(report))
+        _say_record(report.record)
     failed = not report.ok or (args.strict and report.warnings)
     return ExitCode.PROBLEMS if failed else ExitCode.OK

@@ -15,7 +15,8 @@ from pathlib import Path
 from mriprep.core.errors import CacheError
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.progress import ProgressBar
-from mriprep.cli.export_fastsurfer import add_fastsurfer_options, run_fastsurfer
+from mriprep.cli.export_fastsurfer import (add_fastsurfer_options, leave_out_flagged,
+                                           run_fastsurfer)
 
 
 def add_parser(subparsers) -> None:
@@ -40,6 +41,13 @@ def add_parser(subparsers) -> None:
                         "entry")
     p.add_argument("--split", metavar="S",
                    help="export only the entries of this split (e.g. test)")
+    p.add_argument("--exclude-flagged", nargs="?", const="warning", default=None,
+                   choices=("warning", "error"), metavar="SEVERITY",
+                   help="leave out the entries the last `mriprep check` flagged: by a "
+                        "warning or an error about the entry alone (warning, the default "
+                        "without a value), or by an error only (error); each is named on "
+                        "stderr with its findings. Needs a check of the cache as it is "
+                        "now (`mriprep check CACHE --lut TABLE` keeps its findings)")
     p.add_argument("--format", choices=("nifti", "mgz", "fastsurfer-hdf5"), default="nifti",
                    help="nifti writes .nii.gz files, mgz FreeSurfer's .mgz (default: "
                         "nifti); fastsurfer-hdf5 writes FastSurfer's training HDF5 to the "
@@ -59,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise CacheError(f"cache folder {args.cache} does not exist; pass the folder given "
                          "to `mriprep run -o`")
     cache = Cache(args.cache)
-    entries = entries_for(cache, args.subject, args.split)
+    entries = leave_out_flagged(cache, entries_for(cache, args.subject, args.split), args)
     check_export_folder(args.output)  # refused before the first entry is read
     bar = ProgressBar("export", unit="entry", total=len(entries))
     try:

@@ -63,6 +63,20 @@ def add_fastsurfer_options(p) -> None:
                    help="worker processes (default: up to 4, one core left free)")
 
 
+def leave_out_flagged(cache, entries: list, args: argparse.Namespace) -> list:
+    """``entries`` without those the last check flagged (``--exclude-flagged``), each
+    left-out entry named on stderr with its findings."""
+    from mriprep.cache.check_record import exclude_flagged
+
+    kept, exclusion = exclude_flagged(cache.root, entries,
+                                      getattr(args, "exclude_flagged", None))
+    if exclusion is not None:
+        print(f"mriprep export: {cli_words(exclusion.summary())}", file=sys.stderr)
+        for line in exclusion.lines():
+            print(f"  left out {line}", file=sys.stderr)
+    return kept
+
+
 def _region_weights(items: list[str]) -> dict[str, float]:
     out = {}
     for item in items:
@@ -107,7 +121,7 @@ def run_fastsurfer(args: argparse.Namespace) -> int:
     except InputError as exc:
         raise CacheError(str(exc)) from None
     cache = Cache(args.cache)
-    entries = entries_for(cache, args.subject, args.split)
+    entries = leave_out_flagged(cache, entries_for(cache, args.subject, args.split), args)
     options = HDF5Options(args.view, args.thickness, args.blank_slice_threshold, weights,
                           args.absent_classes)
     derive_bar = ProgressBar("derive labels", unit="subject")

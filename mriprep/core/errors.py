@@ -80,6 +80,7 @@ _PARAMETER_FLAGS = {
     "derived_dir=": "--derived-dir ",
     "folds=": "--folds ",
     "reassign=True": "--reassign",
+    "exclude_flagged=": "--exclude-flagged ",
 }
 _PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, _PARAMETER_FLAGS)) + ")")
 

@@ -4,12 +4,17 @@ Drawn with numpy on the display grid of :mod:`mriprep.qc.views` and encoded by P
 (matplotlib's own image backend), not with ``nilearn.plotting``: a nilearn mosaic
 resamples the whole volume and builds a matplotlib figure, about a second each, and the
 report must cost a small share of a run (``make bench`` measures it). matplotlib lends
-its colour tables; the legends are HTML, next to the picture.
+its colour tables; the legends are HTML, next to the picture. Label maps are drawn in
+FreeSurfer's colours and named from the shipped FastSurfer DKT table
+(:func:`label_legend`); the legend records the colours the picture was painted in.
 """
 
 from __future__ import annotations
 
+import csv
+import functools
 import io
+from pathlib import Path
 
 import numpy as np
 from matplotlib import colormaps
@@ -22,6 +27,9 @@ from mriprep.qc.causes import cause_table
 # The causes of invalid voxels and their colours are those of mriprep.qc.causes (what
 # the stages declare, and the QC's own).
 OUTLINE_COLOUR = "#ff2020"
+# FreeSurfer's label names and colours (see label_table).
+_DKT_TABLE = Path(__file__).parents[1] / "training" / "labels" / "fastsurfer_dkt.tsv"
+LABEL_TABLE_NAME = "FastSurfer's DKT table"
 _GAP = 2  # pixels between tiles
 
 
@@ -72,16 +80,61 @@ def paint_outline(rgb: np.ndarray, mask: np.ndarray, colour: str = OUTLINE_COLOU
     paint(rgb, edge, colour, 1.0)
 
 
-def paint_labels(rgb: np.ndarray, label: np.ndarray, alpha: float = 0.45) -> None:
-    """Each non-zero label value in its colour of matplotlib's tab20 table."""
+def paint_labels(rgb: np.ndarray, label: np.ndarray, colours: dict[int, str] | None = None,
+                 alpha: float = 0.45) -> None:
+    """Each non-zero label value in its colour of ``colours`` (value -> colour, as
+    :func:`label_legend` gives them), else of matplotlib's tab20 table."""
     for value in np.unique(label):
         if value != 0:
-            paint(rgb, label == value, label_colour(int(value)), alpha)
+            colour = colours.get(int(value)) if colours is not None else None
+            paint(rgb, label == value, colour or label_colour(int(value)), alpha)
 
 
 def label_colour(value: int) -> str:
+    """The colour of a label value no table names (matplotlib's tab20, by value)."""
     table = colormaps["tab20"].colors
     return _hex(table[int(value) % len(table)])
+
+
+@functools.lru_cache(maxsize=1)
+def label_table() -> dict[int, tuple[str, str]]:
+    """Value -> (name, colour) of the shipped FastSurfer DKT table, in FreeSurfer's
+    numbering and colours (``mriprep/training/labels/fastsurfer_dkt.tsv``).
+
+    Read here as the plain TSV it is, not through :func:`mriprep.training.labels.read_lut`:
+    importing the training package loads torch into every run worker that draws a label
+    map (about 180 MB and 2 s each, measured 2026-12-06).
+    """
+    table = {}
+    with open(_DKT_TABLE, newline="") as fh:
+        for row in csv.DictReader(fh, delimiter="\t"):
+            rgb = (int(row["R"]) / 255, int(row["G"]) / 255, int(row["B"]) / 255)
+            table[int(row["ID"])] = (row["LabelName"], _hex(rgb))
+    return table
+
+
+def label_legend(values) -> list[dict]:
+    """The legend of the label values a picture shows: value, name and colour each, and
+    whether the table names it (``in_table``).
+
+    The table's names and colours are used when the map is numbered as FreeSurfer numbers
+    its labels: when the table names at least half of its values (an aparc+aseg map has
+    a few the DKT table lacks, such as the corpus callosum). A value the table lacks, or
+    every value of a map numbered otherwise (tissue classes 1-3, say), is "label N" in a
+    colour of tab20, with ``in_table`` False.
+    """
+    table = label_table()
+    values = sorted({int(v) for v in values if int(v) != 0})
+    freesurfer = 2 * sum(v in table for v in values) >= len(values)
+    out = []
+    for value in values:
+        if freesurfer and value in table:
+            name, colour = table[value]
+            out.append(dict(value=value, name=name, colour=colour, in_table=True))
+        else:
+            out.append(dict(value=value, name=f"label {value}", colour=label_colour(value),
+                            in_table=False))
+    return out
 
 
 def compose(tiles: dict[str, list[np.ndarray]]) -> np.ndarray:

@@ -24,6 +24,7 @@ from mriprep.core.atomic import atomic_path, write_text
 from mriprep.core.errors import CacheError
 from mriprep.qc import mosaic
 from mriprep.qc.causes import cause_table
+from mriprep.qc.check_flags import cohort_check, subject_context
 from mriprep.qc.gather import ReportData, ReportSubject, gather
 from mriprep.qc.outliers import OUTLIER_Z
 from mriprep.qc.store import qc_root
@@ -48,7 +49,9 @@ PICTURES = {
     "template": ("Template outline", "the registration template's brain outline over the "
                  "registered output: an outline that cuts the brain or the skull is a "
                  "misregistration"),
-    "labels": ("Labels", "the label map over the output, one colour per value"),
+    "labels": ("Labels", "the label map over the output, in FreeSurfer's colours and "
+               "names (FastSurfer's DKT table) where the map is numbered as FreeSurfer "
+               "numbers labels"),
 }
 
 
@@ -86,12 +89,14 @@ def write_report(cache_root: str | os.PathLike, out_dir: str | os.PathLike | Non
     declared = data.declared
     columns = [name for name, metric in declared.items() if metric.column]
     plot = _cohort_plot(data, out, columns)
+    check = cohort_check(data.cache)  # the structures and the last check's findings
     pages = set()
     for i, subject in enumerate(data.subjects):
         neighbours = dict(previous=data.subjects[i - 1] if i > 0 else None,
                           next=data.subjects[i + 1] if i + 1 < len(data.subjects) else None)
         html = env.get_template("subject.html.j2").render(
-            s=subject, **_subject_context(subject, out, declared), **neighbours)
+            s=subject, **_subject_context(subject, out, declared), **neighbours,
+            **subject_context(check.subjects.get(subject.key)), check_made=check.made)
         write_text(out / "subjects" / subject.page, html)
         pages.add(subject.page)
     for stale in (out / "subjects").glob("*.html"):
@@ -108,7 +113,7 @@ def write_report(cache_root: str | os.PathLike, out_dir: str | os.PathLike | Non
         n_header=sum(bool(s.header_conflict) for s in data.subjects),
         columns=columns, plot=plot[0] if plot else None,
         metric_info={n: (m.label, m.meaning, m.better) for n, m in declared.items()},
-        plot_size=plot[1] if plot else None, fmt=_fmt, number=_number)
+        plot_size=plot[1] if plot else None, fmt=_fmt, number=_number, check=check)
     write_text(out / REPORT_INDEX, index)
     return out / REPORT_INDEX
 
@@ -153,7 +158,12 @@ def _subject_context(subject: ReportSubject, out: Path,
 
 def _legend(picture: str, shown: list[str]) -> list[tuple[str, str, str]]:
     if picture == "labels":
-        return [(mosaic.label_colour(int(v)), f"label {v}", "") for v in shown]
+        # Entries of a legend record the colour they were painted in; plain values
+        # (a qc.json written before the table was used) were painted from tab20.
+        return [(e["colour"], e["name"],
+                 str(e["value"]) if e["in_table"] else f"not in {mosaic.LABEL_TABLE_NAME}")
+                if isinstance(e, dict) else (mosaic.label_colour(int(e)), f"label {e}", "")
+                for e in shown]
     if picture == "template":
         return [(mosaic.OUTLINE_COLOUR, name, "") for name in shown]
     by_name = {c.name: (c.colour, c.meaning) for c in cause_table().values()}

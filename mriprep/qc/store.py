@@ -1,7 +1,7 @@
 """Where QC lives in a cache: ``CACHE/qc/<key>/``, beside the entries, never inside them.
 
-A QC folder holds ``qc.json`` (metrics, legends, notes, what made it) and one JPEG per
-picture. It is derived data: not part of an entry's checksummed payload, written after
+A QC folder holds ``qc.json`` (metrics, legends, notes, what made it, and the time the
+run that made the entry took) and one JPEG per picture. It is derived data: not part of an entry's checksummed payload, written after
 the entry, and re-made from the cache when it is missing (``mriprep report``). A failed
 subject's folder carries the key its entry would have had. Folders are written whole:
 files go to a temporary folder that is renamed into place, so a report never reads half
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mriprep.cache import QC_DIR
-from mriprep.core.atomic import fsync_dir, move_folder_into_place, sweep_stale
+from mriprep.core.atomic import fsync_dir, move_folder_into_place, sweep_stale, write_text
 
 if TYPE_CHECKING:  # the check reads QC files without the plotting stack
     from mriprep.qc.subject import SubjectQC
@@ -79,6 +79,24 @@ def read_qc(cache_root: str | os.PathLike, key: str) -> dict[str, Any] | None:
             or doc.get("version") != QC_VERSION:
         return None
     return doc
+
+
+def record_made_by_run(cache_root: str | os.PathLike, key: str,
+                       made: dict[str, Any]) -> None:
+    """Keep in a subject's ``qc.json`` what the run that made its entry took
+    (``{"seconds": ..., "run_started": ...}``), so that the report of a later run, which
+    skipped the entry, shows that time and not the skip's. The file is replaced whole.
+
+    Raises
+    ------
+    OSError
+        The QC folder cannot be written (a read-only cache).
+    """
+    doc = read_qc(cache_root, key)
+    if doc is None:
+        return
+    doc["made_by_run"] = made
+    write_text(qc_root(cache_root) / key / QC_FILE, json.dumps(doc, indent=1, default=_plain))
 
 
 def picture_path(cache_root: str | os.PathLike, key: str, name: str) -> Path:

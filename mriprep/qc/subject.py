@@ -160,6 +160,8 @@ def subject_qc(
             qc.notes.append("template: the pipeline does not register, so no outline")
         if output.label is None:
             qc.notes.append("labels: this subject has no label map")
+        elif "labels" in qc.legends:
+            qc.notes += _label_table_notes(qc.legends["labels"])
     qc.seconds = time.perf_counter() - start
     return qc
 
@@ -223,15 +225,29 @@ def _output_pictures(output: OutputData, layers: list[CauseLayer],
                                 [f"brain of template {template.name}"])
     if output.label is not None:
         label_rgb = {p: [t.copy() for t in ts] for p, ts in base.items()}
-        values: set[int] = set()
+        tiles = {p: [pts.read(output.label, to_out, 0) for pts in points[p]] for p in PLANES}
+        # The legend first: whether the table names the map depends on all its values.
+        legend = mosaic.label_legend(np.unique(np.concatenate(
+            [np.unique(t) for ts in tiles.values() for t in ts])))
+        colours = {entry["value"]: entry["colour"] for entry in legend}
         for plane in PLANES:
-            for tile, pts in zip(label_rgb[plane], points[plane]):
-                label = pts.read(output.label, to_out, 0)
-                values.update(int(v) for v in np.unique(label) if v != 0)
-                mosaic.paint_labels(tile, label)
-        pictures["labels"] = (mosaic.encode_jpeg(mosaic.compose(label_rgb)),
-                              [str(v) for v in sorted(values)])
+            for tile, label in zip(label_rgb[plane], tiles[plane]):
+                mosaic.paint_labels(tile, label, colours)
+        pictures["labels"] = (mosaic.encode_jpeg(mosaic.compose(label_rgb)), legend)
     return pictures
+
+
+def _label_table_notes(legend: list[dict]) -> list[str]:
+    """What the label legend could not name from the table, counted and named."""
+    missing = [str(entry["value"]) for entry in legend if not entry["in_table"]]
+    if not missing:
+        return []
+    if len(missing) == len(legend):
+        return [f"labels: the map is not numbered as FreeSurfer numbers labels ("
+                f"{mosaic.LABEL_TABLE_NAME} names fewer than half of its values), so its "
+                f"{len(missing)} value(s) are shown as numbers"]
+    return [f"labels: {len(missing)} value(s) shown are not in {mosaic.LABEL_TABLE_NAME} "
+            f"and are shown as numbers: {', '.join(missing)}"]
 
 
 def _layer_causes(layers: list[CauseLayer], points: Points,

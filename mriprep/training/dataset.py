@@ -30,7 +30,8 @@ from mriprep.training.buffers import (
     fresh_tensor,
     shared_tensor,
 )
-from mriprep.training.entries import check_files, resolve_labels, split_entries
+from mriprep.training.entries import (check_files, leave_out_flagged, resolve_labels,
+                                     split_entries)
 from mriprep.training.interop import (
     as_meta_item,
     patch_affine,
@@ -135,6 +136,14 @@ class MRIDataset(Dataset):
     workers : int, optional
         Thick-slice mode only: processes deriving classes at opening; default from the
         machine's cores.
+    exclude_flagged : bool or {"warning", "error"}, optional
+        Leave out the entries the last ``mriprep check`` flagged (its findings are kept
+        in ``CACHE/check/findings.json``): ``True`` or ``"warning"``, those a warning
+        or an error concerns alone; ``"error"``, errors only. Findings about several
+        entries (an identity leak, a class absent from a split) and infos leave nothing
+        out. What is left out is named in a warning and in ``excluded`` (entry name ->
+        its codes). No record, or one older than an entry (rebuilt or made since the
+        check), is an error naming the check to run. Default: False.
     labels : bool, optional
         Return ``label``. Default: when every entry of the split has a label map.
     channel_first : bool, optional
@@ -186,6 +195,7 @@ class MRIDataset(Dataset):
         blank_slice_threshold: float | None = None,
         absent_classes: str | None = None,
         derived_dir: str | os.PathLike | None = None,
+        exclude_flagged: bool | str = False,
         labels: bool | None = None,
         channel_first: bool | None = None,
         meta_tensor: bool = False,
@@ -225,6 +235,8 @@ class MRIDataset(Dataset):
         self.seed = int(seed)
         self.fold = None if fold is None else str(fold)
         self.entries: list[IndexEntry] = split_entries(self.cache, split, manifest, self.fold)
+        self.entries, self.excluded = leave_out_flagged(self.cache, split, self.entries,
+                                                        exclude_flagged)
         self.pipeline_hash = self.entries[0].pipeline_hash
         if mode == "thick_slice" and labels is False:
             raise ValueError("MRIDataset: mode='thick_slice' serves classes and weights "

@@ -4,6 +4,7 @@ From the cache index and the file sizes only (no tensor is read): :func:`split_e
 gives the entries of one split (of a manifest's rows only, when given one; of one K-fold
 fold's training or validation part, :func:`fold_entries`) and refuses a
 cache that mixes pipeline hashes or an entry that records no output grid;
+:func:`leave_out_flagged` leaves out what the last ``mriprep check`` flagged;
 :func:`resolve_labels` decides whether label maps are read; :func:`check_files` refuses
 missing or truncated tensor files. Each refusal is a
 :class:`~mriprep.core.errors.CacheError` that says what to do.
@@ -15,6 +16,7 @@ import collections
 import warnings
 
 from mriprep.cache import Cache, IndexEntry
+from mriprep.cache.check_record import exclude_flagged
 from mriprep.core.errors import CacheError
 
 
@@ -97,6 +99,24 @@ def in_fold_part(fold: str, part: str):
     if part == "train":
         return lambda value: bool(value) and value != fold
     return lambda value: value == fold
+
+
+def leave_out_flagged(cache: Cache, split: str, entries: list[IndexEntry],
+                      exclude: bool | str) -> tuple[list[IndexEntry], dict[str, tuple]]:
+    """The entries the last check did not flag (``exclude_flagged=``: False, True or
+    ``"warning"``, ``"error"``; :func:`mriprep.cache.check_record.exclude_flagged`), and
+    the left-out ones' names -> their codes. What is left out is named in a warning, and
+    so is a check that judged no label map against a table."""
+    kept, exclusion = exclude_flagged(cache.root, entries, exclude)
+    if exclusion is None:
+        return kept, {}
+    excluded = {name: tuple(dict.fromkeys(f.code for f in found))
+                for name, found in exclusion.excluded.values()}
+    if excluded or not exclusion.record.options.get("label_table"):
+        named = f": {exclusion.named()} (dataset.excluded lists them all)" if excluded else ""
+        warnings.warn(f"MRIDataset: split {split!r}: {exclusion.summary()}{named}",
+                      stacklevel=3)
+    return kept, excluded
 
 
 def resolve_labels(cache: Cache, split: str, entries: list[IndexEntry], labels) -> bool:

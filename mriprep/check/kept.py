@@ -1,0 +1,99 @@
+"""What ``mriprep check`` keeps of a check: its record in the cache
+(:mod:`mriprep.cache.check_record`), built from the report and the entries it judged.
+
+:func:`check_record` builds the record (pure); :func:`keep_record` writes it and says
+where, or why it could not (a read-only cache: the check's verdict stands, and the report
+says that ``--exclude-flagged`` and the QC report's flags have nothing new to read).
+"""
+
+from __future__ import annotations
+
+import datetime
+import shlex
+from pathlib import Path
+from typing import Any, Mapping
+
+import mriprep
+from mriprep.cache import IndexEntry
+from mriprep.cache.check_record import (CheckRecord, KeptFinding, entry_state,
+                                        write_check_record)
+from mriprep.check.report import CheckReport
+from mriprep.core.hashing import hash_json
+
+
+def check_record(report: CheckReport, index: Mapping[str, IndexEntry],
+                 label_counts: Mapping[str, Mapping[int, int] | None],
+                 options: Mapping[str, Any], label_table: Any = None) -> CheckRecord:
+    """The record of ``report``: its findings, ``options``, and every entry of ``index``
+    as it was judged (its files' checksums, and ``label_counts`` of its map).
+
+    ``label_table`` (a :class:`~mriprep.check.label_table.ClassTable`) names the label
+    values the cohort holds; ``options`` holds the check's options as recorded, with
+    ``label_table`` described by :func:`table_options`."""
+    present: set[int] = set()
+    entries = {}
+    for key, entry in index.items():
+        state = entry_state(entry)
+        counts = label_counts.get(key)
+        if counts is not None:
+            state["label_voxels"] = {str(v): int(c) for v, c in sorted(counts.items())}
+            present.update(int(v) for v in counts)
+        entries[key] = state
+    names = {}
+    if label_table is not None:
+        listed = dict(zip((int(i) for i in label_table.lut.ids), label_table.lut.names))
+        names = {v: listed[v] for v in sorted(present) if v in listed}
+    return CheckRecord(
+        made=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        version=mriprep.__version__, ok=report.ok, options=dict(options),
+        flags_again=again_flags(options), entries=entries,
+        findings=tuple(KeptFinding.from_json(f.to_json()) for f in report.findings),
+        label_names=names)
+
+
+def table_options(table: Any, source: str) -> dict[str, Any]:
+    """How the record names the label table a check used: its file, rules and hash."""
+    return {"source": source, "sha256": hash_json(table.describe()),
+            "processing": table.processing,
+            "cortex": table.cortex, "unknown": table.unknown}
+
+
+def again_flags(options: Mapping[str, Any]) -> str:
+    """The options of ``mriprep check`` that check a cache again with the same label
+    table (or label values) and cast dtype."""
+    words = []
+    table = options.get("label_table")
+    if table:
+        source = Path(table["source"])
+        # The shipped table is named by its short name, not by a path into site-packages.
+        shipped = source.name == "fastsurfer_dkt.tsv" and "mriprep" in source.parts
+        words += ["--lut", "dkt" if shipped else str(source)]
+        defaults = {"processing": "aparc", "cortex": "fuse", "unknown": "error"}
+        for name, default in defaults.items():
+            if table.get(name) not in (None, default):
+                words += [f"--{name}", str(table[name])]
+        if options.get("absent_classes") not in (None, "error"):
+            words += ["--absent-classes", str(options["absent_classes"])]
+    elif options.get("allowed_labels"):
+        words += ["--labels", ",".join(str(v) for v in options["allowed_labels"])]
+    if options.get("dtype") not in (None, "float16"):
+        words += ["--dtype", str(options["dtype"])]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def keep_record(root: Path, record: CheckRecord) -> dict[str, Any]:
+    """Write ``record`` into the cache; what the report says of it: ``{"kept": True,
+    "path": ...}``, or ``{"kept": False, "path": ..., "reason": ...}`` when the cache
+    cannot be written (the check's findings stand; only the record is missing)."""
+    from mriprep.cache.check_record import record_path
+
+    try:
+        path = write_check_record(root, record)
+    except OSError as exc:
+        return {"kept": False, "path": str(record_path(root)),
+                "reason": (f"cannot write {record_path(root)} ({exc.strerror or exc}); the "
+                           "findings stand, but leaving out flagged entries "
+                           "(exclude_flagged=) and the QC report's flags read the last "
+                           "record kept, if any: check a writable copy of the cache to "
+                           "keep them")}
+    return {"kept": True, "path": str(path)}
