@@ -12,6 +12,19 @@ defaced)
 against maps with a planted 10 mm and 6 mm cube of labels in the background; threshold
 :data:`MAX_OUTSIDE_MM3`.
 
+``label-volume`` and ``label-structure-missing`` (:mod:`mriprep.check.label_volumes`):
+each structure's robust z of its log share of the labelled volume across the set's
+people, on clean maps against one person's map with a structure grown to twice its
+volume (a different structure for each person) and one with no cerebellum, the rest of
+the cohort clean; thresholds :data:`VOLUME_Z` with the spread floors
+:data:`SPREAD_FLOOR` (structures) and :data:`PARCEL_SPREAD_FLOOR` (cortical parcels),
+and the missing rule.
+
+``label-islands`` (:mod:`mriprep.check.label_islands`): each structure's share of voxels
+scattered as specks far from its body, on clean maps against maps with 5% of a structure
+(the hippocampus, a parcel, the putamen) written as specks at random places of the
+brain; threshold :data:`MAX_SCATTERED`.
+
 ``label-side-swap`` (:mod:`mriprep.check.label_sides`): each left/right pair's offset,
 the right centroid's world x minus the left one's, on clean maps against the same maps
 mirrored, with their hemispheres' parcel numbers swapped, and with one structure's
@@ -44,26 +57,28 @@ from scipy import ndimage  # noqa: E402
 
 from mriprep.check.label_anatomy import MAX_OUTSIDE_MM3, read_anatomy  # noqa: E402
 from mriprep.check.label_fit import MAX_GAIN, MIN_SEPARATION, read_fit  # noqa: E402
+from mriprep.check.label_islands import MAX_SCATTERED, read_islands  # noqa: E402
 from mriprep.check.label_sides import read_sides, side_pairs  # noqa: E402
+from mriprep.check.label_table import class_counts  # noqa: E402
+from mriprep.check.label_volumes import (  # noqa: E402
+    PARCEL_SPREAD_FLOOR,
+    SPREAD_FLOOR,
+    VOLUME_Z,
+    judge_volumes,
+)
 from mriprep.demo.freesurfer_cohort import scanned_person  # noqa: E402
+from mriprep.demo.label_defects import (  # noqa: E402
+    grown,
+    hemispheres_swapped,
+    removed,
+    scattered,
+    values_swapped,
+)
 from mriprep.training.labels import dkt_table  # noqa: E402
 
 
 def _left_right_axis(affine: np.ndarray) -> int:
     return int(np.argmax(np.abs(affine[0, :3])))
-
-
-def _hemispheres(labels: np.ndarray) -> np.ndarray:
-    out = labels.copy()
-    out[(labels > 1000) & (labels < 2000)] += 1000
-    out[labels > 2000] -= 1000
-    return out
-
-
-def _swap(labels: np.ndarray, a: int, b: int) -> np.ndarray:
-    out = labels.copy()
-    out[labels == a], out[labels == b] = b, a
-    return out
 
 
 # The people the thresholds were chosen on, and others they never saw.
@@ -72,7 +87,8 @@ SETS = (("tuning", 7, 40), ("held-out", 13, 60))
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--people", type=int, default=3, help="people per set (default 3)")
+    p.add_argument("--people", type=int, default=6,
+                   help="people per set (default 6; the volume check needs 5)")
     args = p.parse_args(argv)
     for name, seed, first in SETS:
         people = [scanned_person(seed, first + i, medial_unknown=True)
@@ -81,6 +97,8 @@ def main(argv=None) -> int:
         _side_swap(people)
         _misfit(people)
         _off_anatomy(people)
+        _volumes(people)
+        _islands(people, seed)
     return 0
 
 
@@ -93,8 +111,8 @@ def _side_swap(people) -> None:
         clean = read_sides(labels, affine, pairs)
         costs.append(time.perf_counter() - t)
         mirrored = read_sides(np.flip(labels, _left_right_axis(affine)), affine, pairs)
-        hemis = read_sides(_hemispheres(labels), affine, pairs)
-        one = read_sides(_swap(labels, 17, 53), affine, pairs)
+        hemis = read_sides(hemispheres_swapped(labels), affine, pairs)
+        one = read_sides(values_swapped(labels, 17, 53), affine, pairs)
         rows.append((clean, mirrored, hemis, one))
         print(f"  person {i + 1}: {len(clean.offsets)} pairs judged; clean min "
               f"{min(clean.offsets.values()):+.1f} mm; verdicts: clean "
@@ -183,6 +201,94 @@ def _misfit(people) -> None:
           f"{span([r.here for r in other])}; named {named(other)} of {len(other)}")
     print(f"  cost per map: median {statistics.median(costs):.3f} s (range "
           f"{min(costs):.3f}-{max(costs):.3f})")
+
+
+def _islands(people, seed: int) -> None:
+    clean, planted, costs = [], [], []
+    rng = np.random.default_rng([seed, 45])
+    for image, labels, affine in people:
+        spacing = np.sqrt((affine[:3, :3] ** 2).sum(axis=0))
+        t = time.perf_counter()
+        reading = read_islands(labels, spacing)
+        costs.append(time.perf_counter() - t)
+        clean.append(max(reading.scattered.items(), key=lambda vs: vs[1]))
+        for value in SCATTERED:
+            planted.append(read_islands(scattered(labels, value, 0.05, rng),
+                                        spacing).scattered[value])
+    print(f"label-islands, {len(people)} people, threshold {MAX_SCATTERED:.1%} of a "
+          "structure scattered as far specks:")
+    worst = max(share for _, share in clean)
+    print(f"  clean maps: largest share of any structure {min(s for _, s in clean):.2%} .. "
+          f"{worst:.2%} (structures: {sorted({v for v, _ in clean})}); named "
+          f"{sum(s > MAX_SCATTERED for _, s in clean)} of {len(clean)}")
+    print(f"  5% scattered ({', '.join(map(str, SCATTERED))}): {min(planted):.2%} .. "
+          f"{max(planted):.2%}; named {sum(s > MAX_SCATTERED for s in planted)} of "
+          f"{len(planted)} (margins: x{MAX_SCATTERED / worst:.1f} over the clean maps, "
+          f"x{min(planted) / MAX_SCATTERED:.1f} under the planted)")
+    print(f"  cost per map: median {statistics.median(costs):.3f} s (range "
+          f"{min(costs):.3f}-{max(costs):.3f})")
+
+
+# Structures scattered in each person: Left-Hippocampus, a parcel (ctx-lh-superiorfrontal),
+# Right-Putamen.
+SCATTERED = (17, 1028, 51)
+# One structure grown to twice its volume per defective person, in turn.
+GROWN = ("Left-Hippocampus", "Right-Putamen", "Left-Thalamus", "Right-Caudate",
+         "Left-Amygdala", "Right-Pallidum")
+CEREBELLUM = ("Left-Cerebellum-White-Matter", "Left-Cerebellum-Cortex",
+              "Right-Cerebellum-White-Matter", "Right-Cerebellum-Cortex")
+
+
+def _volumes(people) -> None:
+    table = dkt_table()
+    names = table.class_names("axial")
+    values = dict(zip(table.lut.names, table.lut.ids))
+
+    def volumes(labels, affine):
+        counts, _ = class_counts(table, table.prepare(labels))
+        return counts["axial"] * float(abs(np.linalg.det(affine[:3, :3])))
+
+    clean = {f"p{i}": volumes(labels, affine) for i, (_, labels, affine) in enumerate(people)}
+    t = time.perf_counter()
+    judged = judge_volumes(clean, names)
+    cost = (time.perf_counter() - t) / len(people)
+    flagged = sum(bool(f) for f in judged.flags.values())
+    missing = sum(bool(m) for m in judged.missing.values())
+    worst = sorted(judged.largest_z.items(), key=lambda kv: -kv[1])[:3]
+    print(f"label-volume / label-structure-missing, {len(people)} people, threshold "
+          f"|z| > {VOLUME_Z} (spread floors in log share: {SPREAD_FLOOR} structures, "
+          f"{PARCEL_SPREAD_FLOOR} cortical parcels):")
+    print(f"  clean maps: largest |z| of any structure {worst[0][1]:.2f} ("
+          + ", ".join(f"{n} {z:.2f}" for n, z in worst) + f"); maps flagged {flagged}, "
+          f"with a structure missing {missing}, of {len(clean)}")
+    grown_z, cerebellum = [], []
+    for i, (_, labels, affine) in enumerate(people[:3]):
+        structure = GROWN[i % len(GROWN)]
+        cohort = dict(clean)
+        cohort[f"p{i}"] = volumes(grown(labels, values[structure]), affine)
+        flags = judge_volumes(cohort, names).flags[f"p{i}"]
+        hit = [f for f in flags if f.structure == structure]
+        grown_z.append(hit[0].z if hit else float("nan"))
+        print(f"  person {i + 1}, {structure} at 2x: "
+              + (f"named, {hit[0].ratio:.2f}x, z {hit[0].z:+.1f}" if hit else "MISSED")
+              + (f"; also flagged: {', '.join(f.structure for f in flags if f not in hit)}"
+                 if len(flags) > len(hit) else ""))
+        cut = removed(labels, [values[n] for n in CEREBELLUM])
+        cohort = dict(clean)
+        cohort[f"p{i}"] = volumes(cut, affine)
+        judged_cut = judge_volumes(cohort, names)
+        named = {m.structure for m in judged_cut.missing[f"p{i}"]}
+        cerebellum.append(named >= set(CEREBELLUM))
+        print(f"  person {i + 1}, no cerebellum: "
+              + ("named missing" if cerebellum[-1] else f"MISSED (named: {sorted(named)})")
+              + (f"; volume flags: {', '.join(f.structure for f in judged_cut.flags[f'p{i}'])}"
+                 if judged_cut.flags[f"p{i}"] else ""))
+    print(f"  grown structures' z {min(grown_z):+.1f} .. {max(grown_z):+.1f} (margin "
+          f"{min(grown_z) - VOLUME_Z:.1f} over the threshold; clean margin "
+          f"{VOLUME_Z - worst[0][1]:.1f}); missing cerebellum named {sum(cerebellum)} of "
+          f"{len(cerebellum)}")
+    print(f"  cost per map of the judgement (the class counts come from the table's "
+          f"rules and lookup, which the check runs anyway): {cost * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":

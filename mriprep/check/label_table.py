@@ -31,6 +31,12 @@ is found here first, on the cache as it is:
     the map does not lie on its image: white matter and cortex separate better with the
     map moved by a voxel or two, or hardly at all (another person's map;
     :mod:`mriprep.check.label_fit`).
+``label-islands`` (warning, per label map)
+    structures with voxels scattered as specks far from their body
+    (:mod:`mriprep.check.label_islands`).
+``label-volume``, ``label-structure-missing`` (warnings, per label map)
+    structures far larger or smaller than the cohort's, or missing where the cohort has
+    them, over the classes the table makes (:mod:`mriprep.check.label_volumes`).
 ``lut-rewrites`` (info, per rule)
     the voxels each rule rewrote over the cohort, and the label maps with the most, so
     that nothing is mapped away unseen.
@@ -66,7 +72,9 @@ from mriprep.cache import Cache, IndexEntry
 from mriprep.check.entries import EntryScan, map_in_threads
 from mriprep.check.label_anatomy import AnatomyReading, read_anatomy
 from mriprep.check.label_fit import FitReading, read_fit
+from mriprep.check.label_islands import IslandReading, read_islands
 from mriprep.check.label_sides import SideReading, read_sides, side_pairs
+from mriprep.check.label_volumes import VolumeJudgement, judge_volumes, listed
 from mriprep.check.report import by_name
 from mriprep.core.errors import InputError, MriprepError
 from mriprep.core.findings import Finding, named
@@ -116,6 +124,8 @@ class MapJudgement:
     sides: SideReading | None = None  # where its left/right pairs lie
     fit: FitReading | None = None     # how it lies on its image
     anatomy: AnatomyReading | None = None  # labels where the image shows no head
+    islands: IslandReading | None = None   # structures scattered far from their body
+    voxel_mm3: float = 1.0
 
 
 def table_source(table: ClassTable) -> str:
@@ -136,6 +146,8 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
     """Prepare one label map once and look it up in :data:`JUDGED_VIEWS` with ``table``
     (which counts unknown values as background, :func:`background_twin`)."""
     result = MapJudgement(entry.key)
+    if entry.spacing is not None:
+        result.voxel_mm3 = float(np.prod(entry.spacing))
     negative = {v: c for v, c in label_counts.items() if v < 0}
     if negative:  # no table lists them, and the rules refuse them: judged from the pass
         result.negative = True
@@ -151,14 +163,16 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
         present = [v for v, c in label_counts.items() if c > 0]
         result.sides = read_sides(labels, entry.affine,
                                   side_pairs(table.lut.ids, table.lut.names, present))
+    result.islands = read_islands(
+        labels, entry.spacing if entry.spacing is not None else (1.0, 1.0, 1.0),
+        dict(zip(map(int, table.lut.ids), table.lut.names)))
     try:
         image = cache.load_tensor(entry.key, "image")
     except (MriprepError, OSError, ValueError):
         image = None  # the tensor pass reports an unreadable image
     if image is not None and np.shape(image) == labels.shape:
         result.fit = read_fit(image, labels)
-        voxel_mm3 = float(np.prod(entry.spacing)) if entry.spacing is not None else 1.0
-        result.anatomy = read_anatomy(image, labels, voxel_mm3)
+        result.anatomy = read_anatomy(image, labels, result.voxel_mm3)
     try:
         prepared = table.prepare(labels)
     except InputError as exc:  # cortex without parcels (negative values are above)
@@ -237,6 +251,11 @@ def check_label_table(
     findings: list[Finding] = []
     for key in labelled:
         findings += _map_findings(index[key], judged[key], table)
+    volumes = judge_volumes({k: judged[k].class_counts["axial"] * judged[k].voxel_mm3
+                             for k in labelled if judged[k].class_counts is not None},
+                            judge.class_names("axial"))
+    for key in labelled:
+        findings += _volume_findings(index[key], volumes)
     findings += _rewrite_findings(index, judged, labelled)
     absent = _absent_by_split(index, judged, labelled, judge)
     for split, found in sorted(absent.items()):
@@ -252,6 +271,7 @@ def check_label_table(
         "label_maps": len(labelled),
         "without_label_map": sum(1 for e in index.values() if "label" not in e.files),
         "rewrites": _rewrite_totals(judged.values()),
+        "volumes": volumes.summary(),
         "absent": {split: {view: found[view] for view in JUDGED_VIEWS}
                    for split, found in sorted(absent.items())},
         "seconds": round(time.perf_counter() - started, 4),
@@ -299,12 +319,37 @@ def _map_findings(entry: IndexEntry, judgement: MapJudgement,
         found.append(Finding(
             "label-off-anatomy", f"{name}: {off}. Check the label map's field of view and "
             "resampling against its image", *where))
+    scattered = judgement.islands.verdict() if judgement.islands is not None else None
+    if scattered is not None:
+        found.append(Finding(
+            "label-islands", f"{name}: {scattered}. Look at them in the QC report; "
+            "regenerate the map or remove the specks", *where))
     misfit = judgement.fit.verdict() if judgement.fit is not None else None
     if misfit is not None:
         found.append(Finding(
             "label-misfit", f"{name}: {misfit}. Check that the label map belongs to this "
             "image and was resampled with its affine", *where))
     return found + _value_findings(name, where, judgement, table)
+
+
+def _volume_findings(entry: IndexEntry, volumes: VolumeJudgement) -> list[Finding]:
+    name, where = entry.finding_name, ((entry.key,), (entry.subject_id,))
+    found = []
+    flags = volumes.flags.get(entry.key)
+    if flags:
+        found.append(Finding(
+            "label-volume",
+            f"{name}: {len(flags)} structure(s) far from the cohort's volume as a share of "
+            f"the labelled volume, over {volumes.maps} label maps: {listed(flags)}. Look "
+            "at them in the QC report; fix or regenerate the segmentation, or leave the "
+            "entry out", *where))
+    missing = volumes.missing.get(entry.key)
+    if missing:
+        found.append(Finding(
+            "label-structure-missing",
+            f"{name}: no voxel of {len(missing)} structure(s) that the cohort's maps hold: "
+            f"{listed(missing)}. Check the field of view and the segmentation", *where))
+    return found
 
 
 def _value_findings(name: str, where: tuple, judgement: MapJudgement,

@@ -1,7 +1,11 @@
-"""``label-side-swap`` and ``label-misfit`` on three synthetic people (issue 45): each clean
-map passes; a mirrored map, swapped hemispheres and one swapped structure are each named
-as such; a map moved by 1, 2 or 4 mm, and another person's map, do not fit; a blob of
-labels in the background is found, and skull-stripping or defacing the image is not.
+"""The label checks on synthetic people (issue 45): each clean map passes; a mirrored map,
+swapped hemispheres and one swapped structure are each named as such
+(``label-side-swap``); a map moved by 1, 2 or 4 mm, and another person's map, do not fit
+(``label-misfit``); a blob of labels in the background is found, and skull-stripping or
+defacing the image is not (``label-off-anatomy``); 5% of a structure scattered as specks
+is found (``label-islands``); in a cohort of six, a structure at
+twice its volume and a missing cerebellum are named (``label-volume``,
+``label-structure-missing``).
 The people are scanned on their own 1 mm grids in random poses: seconds each, so the
 calibration tier (``make test-calibration``)."""
 
@@ -12,8 +16,18 @@ import pytest
 
 from mriprep.check.label_anatomy import read_anatomy
 from mriprep.check.label_fit import read_fit
+from mriprep.check.label_islands import read_islands
 from mriprep.check.label_sides import read_sides, side_pairs
+from mriprep.check.label_table import class_counts
+from mriprep.check.label_volumes import judge_volumes
 from mriprep.demo.freesurfer_cohort import scanned_person
+from mriprep.demo.label_defects import (
+    grown,
+    hemispheres_swapped,
+    removed,
+    scattered,
+    values_swapped,
+)
 from mriprep.training.labels import dkt_table
 
 pytestmark = pytest.mark.calibration
@@ -29,12 +43,9 @@ def test_each_person_clean_and_swapped(index):
     assert min(clean.offsets.values()) > 5  # mm: every pair well on its own side
     lr = int(np.argmax(np.abs(affine[0, :3])))
     assert "mirrored" in read_sides(np.flip(labels, lr), affine, pairs).verdict()
-    hemispheres = labels.copy()
-    hemispheres[(labels > 1000) & (labels < 2000)] += 1000
-    hemispheres[labels > 2000] -= 1000
-    assert "(1xxx, 2xxx) are swapped" in read_sides(hemispheres, affine, pairs).verdict()
-    one = labels.copy()
-    one[labels == 18], one[labels == 54] = 54, 18          # the amygdalae
+    swapped = hemispheres_swapped(labels)
+    assert "(1xxx, 2xxx) are swapped" in read_sides(swapped, affine, pairs).verdict()
+    one = values_swapped(labels, 18, 54)          # the amygdalae
     verdict = read_sides(one, affine, pairs).verdict()
     assert verdict.startswith("1 left/right pair(s)") and "Amygdala" in verdict
 
@@ -73,3 +84,46 @@ def test_each_person_labels_lie_in_the_head_stripped_or_defaced(index):
     zscored = (image - brain_values.mean()) / brain_values.std()
     assert read_anatomy(zscored, labels, voxel).verdict() is None
     assert read_anatomy(zscored, planted, voxel).verdict() is not None
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_each_person_has_no_scattered_structure_until_one_is_scattered(index):
+    _, labels, affine = scanned_person(11, index, medial_unknown=True)
+    spacing = np.sqrt((affine[:3, :3] ** 2).sum(axis=0))
+    assert read_islands(labels, spacing).verdict() is None
+    rng = np.random.default_rng(index)
+    for value, name in ((17, "Left-Hippocampus"), (1028, "ctx-lh-superiorfrontal")):
+        planted = read_islands(scattered(labels, value, 0.05, rng), spacing,
+                               {value: name})
+        assert name in planted.verdict()
+
+
+# A structure grown to twice its volume in each of three people, in turn.
+GROWN = {0: 17, 1: 51, 2: 10}   # Left-Hippocampus, Right-Putamen, Left-Thalamus
+CEREBELLUM = (7, 8, 46, 47)
+
+
+def test_volumes_of_six_people_and_each_planted_defect_named():
+    table = dkt_table()
+    names = table.class_names("axial")
+
+    def volumes(labels, affine):
+        counts, _ = class_counts(table, table.prepare(labels))
+        return counts["axial"] * float(abs(np.linalg.det(affine[:3, :3])))
+
+    people = [scanned_person(11, i, medial_unknown=True) for i in range(6)]
+    clean = {i: volumes(labels, affine) for i, (_, labels, affine) in enumerate(people)}
+    judged = judge_volumes(clean, names)
+    assert judged.judged
+    assert not any(judged.flags.values()) and not any(judged.missing.values())
+    for i, value in GROWN.items():
+        _, labels, affine = people[i]
+        flags = judge_volumes({**clean, i: volumes(grown(labels, value), affine)},
+                              names).flags[i]
+        assert table.lut.names[list(table.lut.ids).index(value)] in {
+            f.structure for f in flags}
+        cut = judge_volumes({**clean, i: volumes(removed(labels, CEREBELLUM), affine)},
+                            names)
+        assert {m.structure for m in cut.missing[i]} >= {
+            "Left-Cerebellum-Cortex", "Right-Cerebellum-Cortex",
+            "Left-Cerebellum-White-Matter", "Right-Cerebellum-White-Matter"}
