@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 REAL_SCANS_STAMP := $(VENV)/.real-scans
 DEMO_DIR ?= demo_out
 
-.PHONY: install test test-fast test-calibration demo bench clean
+.PHONY: install test test-fast test-calibration demo bench docs clean
 
 # Every test, dask worker and CLI call is a Python process that imports mriprep, and
 # pytest rewrites every test module's asserts: with PYTHONDONTWRITEBYTECODE (set in some
@@ -24,7 +24,7 @@ install: $(STAMP) $(REAL_SCANS_STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm,fastsurfer,referee]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm,fastsurfer,referee,docs]"
 	touch $(STAMP)
 
 $(REAL_SCANS_STAMP): $(STAMP) mriprep/demo/real_scans.py
@@ -53,5 +53,10 @@ demo: install
 bench: install
 	$(PY) benchmarks/run_all.py
 
+# The documentation site (docs/ and the API pages from the docstrings) into site/, offline;
+# any warning (a broken link, a docstring that does not parse) fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 clean:
-	rm -rf $(DEMO_DIR) .pytest_cache
+	rm -rf $(DEMO_DIR) .pytest_cache site

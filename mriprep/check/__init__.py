@@ -14,7 +14,7 @@ One job per module; :func:`check_cache` runs them in order:
 * :mod:`~mriprep.check.report`: the report model and how messages name entries;
 * :mod:`~mriprep.check.render`: the report as a table for people;
 * :mod:`~mriprep.check.codes`: the finding codes explained (``--explain CODE``) and as
-  the README's table.
+  the table of docs/qc.md.
 """
 
 from mriprep.check.cache_check import check_cache, verify_cache

@@ -1,11 +1,11 @@
-"""The finding codes as people read them: ``mriprep check --explain CODE`` and the README.
+"""The finding codes as people read them: ``mriprep check --explain CODE`` and docs/qc.md.
 
 The codes themselves, with their severity, meaning and fix, are the registry
-:data:`~mriprep.core.finding_codes.CODES`; this module only renders it. The README's
-table of finding codes is :func:`markdown_table`, between :data:`TABLE_START` and
+:data:`~mriprep.core.finding_codes.CODES`; this module only renders it. The table of
+finding codes in docs/qc.md is :func:`markdown_table`, between :data:`TABLE_START` and
 :data:`TABLE_END` (a test keeps the two equal). After adding or changing a code::
 
-    python -m mriprep.check.codes --markdown     # paste between the README's markers
+    python -m mriprep.check.codes --markdown     # paste between docs/qc.md's markers
 """
 
 from __future__ import annotations
@@ -62,10 +62,10 @@ def markdown_table() -> str:
 
 
 def readme_table(readme_text: str) -> str:
-    """The table between the README's markers (ValueError when a marker is missing)."""
+    """The table between a document's markers (ValueError when a marker is missing)."""
     start, end = readme_text.find(TABLE_START), readme_text.find(TABLE_END)
     if start < 0 or end < start:
-        raise ValueError(f"the README has no finding codes table between {TABLE_START!r} "
+        raise ValueError(f"the document has no finding codes table between {TABLE_START!r} "
                          f"and {TABLE_END!r}; add the markers around the table")
     return readme_text[start + len(TABLE_START):end].strip("\n")
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m mriprep.check.codes",
         description="List the finding codes of `mriprep check` and `mriprep splits`.")
     parser.add_argument("--markdown", action="store_true",
-                        help="print the README's table of finding codes")
+                        help="print the table of finding codes of docs/qc.md")
     args = parser.parse_args(argv)
     if args.markdown:
         print(markdown_table())

@@ -110,6 +110,8 @@ def find_identical(
         Groups of refs already reported (by another hash); a group inside one of them is
         not reported again. The groups found here are appended.
 
+    Notes
+    -----
     Repeats of one scan within a single subject and split are warnings
     (``duplicate-session``): they leak nothing but weigh one scan twice.
     """

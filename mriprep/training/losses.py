@@ -105,6 +105,8 @@ class DiceLoss(nn.Module):
     include_background
         Whether label 0 enters the mean (default True, as MONAI's default).
 
+    Notes
+    -----
     Call as ``loss(logits, target, valid=None, weight_map=None)``: ``valid`` (bool, the
     target's shape) leaves out voxels where it is False; ``weight_map`` (>= 0, the
     target's shape, e.g. a thick-slice item's ``weight``) weighs each voxel's share of

@@ -1,5 +1,5 @@
 """The registry of finding codes against what the checks emit, `mriprep check --explain`,
-and the README's table of codes.
+and the table of codes in docs/qc.md.
 
 Every finding a check emits carries a registered code (``Finding`` refuses any other),
 and every registered code is emitted by some check: the source is read for the codes
@@ -88,10 +88,10 @@ def test_the_numbers_in_the_meanings_are_the_checks_thresholds():
     assert f"more than {FORM_CONFLICT_LIMIT_MM:g} mm" in CODES["header-conflict"].meaning
 
 
-def test_the_readme_table_is_the_registry_rendered():
-    table = readme_table((ROOT / "README.md").read_text())
+def test_the_docs_table_is_the_registry_rendered():
+    table = readme_table((ROOT / "docs" / "qc.md").read_text())
     assert table == markdown_table(), (
-        "README.md's finding codes differ from the registry: paste the output of "
+        "docs/qc.md's finding codes differ from the registry: paste the output of "
         "`python -m mriprep.check.codes --markdown` between its markers")
     rows = table.splitlines()[2:]
     assert [re.match(r"\| `([a-z-]+)` \|", row).group(1) for row in rows] == list(CODES)

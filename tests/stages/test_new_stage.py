@@ -1,4 +1,4 @@
-"""A new stage needs its module and nothing else (README, "Adding a stage";
+"""A new stage needs its module and nothing else (docs/pipelines.md, "Adding a stage";
 mriprep/stages/__init__.py).
 
 The stage below is defined here, in the test module, with its QC declaration, and no

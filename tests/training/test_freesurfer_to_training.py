@@ -1,4 +1,4 @@
-"""From a FreeSurfer SUBJECTS_DIR to FastSurfer training data, as the README's quickstart
+"""From a FreeSurfer SUBJECTS_DIR to FastSurfer training data, as docs/fastsurfer.md's recipe
 runs it: a DKT subject, a Desikan subject and an aseg-only one (issue 44).
 
 The manifest takes the DKT and Desikan maps and refuses the aseg-only subject with the
