@@ -125,10 +125,13 @@ class CheckRecord:
         record does not hold its key), or rebuilt since (its files changed). Empty when
         the record judged every entry as it is now."""
         out = {}
+        unjudged = ("not judged: the last check judged no entry (it could not read the "
+                    "cache's index)" if not self.entries else
+                    "not judged: made after the check")
         for entry in entries:
             judged = self.entries.get(entry.key)
             if judged is None:
-                out[entry.key] = "not judged: made after the check"
+                out[entry.key] = unjudged
             elif judged.get("files") != entry_state(entry)["files"]:
                 out[entry.key] = "rebuilt since the check: its files changed"
         return out
@@ -200,8 +203,10 @@ def read_check_record(cache_root: str | os.PathLike) -> CheckRecord | None:
         return None
     try:
         return CheckRecord.from_json(json.loads(path.read_text(encoding="utf-8")), path)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CacheError(f"cannot read the check record {path}: {exc}; run `mriprep check "
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
+        # A field of the wrong type (null, a list for a mapping) is a damaged record too.
+        raise CacheError(f"cannot read the check record {path}: {type(exc).__name__}: "
+                         f"{exc}; run `mriprep check "
                          f"{Path(cache_root)}` again to write a new one") from exc
 
 
@@ -301,6 +306,7 @@ def exclude_flagged(cache_root: str | os.PathLike, entries: list[IndexEntry],
     if entries and not kept:
         raise CacheError(
             f"{exclusion.summary()}: {exclusion.named()}; nothing is left to read. Fix the "
-            "entries (`mriprep check --explain CODE` says how), or leave out errors only "
-            "(exclude_flagged='error')")
+            "entries (`mriprep check --explain CODE` says how)"
+            + (", or leave out errors only (exclude_flagged='error')"
+               if severity == "warning" else ""))
     return kept, exclusion

@@ -433,8 +433,8 @@ def _only_cache_layout(root: Path) -> bool:
     Two runs started at once on a new folder both find no marker; the second must see the
     first one's half-made layout as a cache being created, not as a foreign folder.
     """
-    made_by_cache = {"entries", REPORTS_DIR, QC_DIR, QUARANTINE_DIR, DERIVED_DIR, ".lock",
-                     "mriprep-cache.json"}
+    made_by_cache = {"entries", REPORTS_DIR, QC_DIR, QUARANTINE_DIR, DERIVED_DIR, "check",
+                     ".lock", "mriprep-cache.json"}
     return all(
         p.name in made_by_cache or p.name.startswith(".mriprep-cache.json.")
         for p in root.iterdir()

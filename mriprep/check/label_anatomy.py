@@ -1,13 +1,22 @@
-"""Labels where the image holds no head (``label-off-anatomy``).
+"""Labels where the image holds no head, or away from the brain (``label-off-anatomy``).
 
 A label map that marks background as brain (a stray blob, a map cut for another field of
-view, a bad resampling) teaches a network to find brain in air. The head here is what
-the image shows: voxels above the background (the median of the volume's faces) by more
-than :data:`HEAD_LEVEL` of the way to the image's robust maximum, their holes filled (ventricles, sinuses), grown by :data:`TOLERANCE_VOXELS` so that a
-label at the edge of a skull-stripped brain stays inside. Labelled voxels outside it are
-counted in millimetres cubed; :data:`MAX_OUTSIDE_MM3` of them, measured on clean maps
-against planted blobs in ``make bench`` (labels), is the most a map may hold. The
-measure runs on every second voxel along each axis.
+view, a bad resampling) teaches a network to find brain in air; one that marks scalp or
+skull as a brain structure, to find brain in the head's wrappings. Two measures:
+
+* **Outside the head.** The head here is what the image shows: voxels above the
+  background (the median of the volume's faces) by more than :data:`HEAD_LEVEL` of the
+  way to the image's robust maximum, their holes filled (ventricles, sinuses), grown by
+  :data:`TOLERANCE_VOXELS` so that a label at the edge of a skull-stripped brain stays
+  inside. Labelled voxels outside it are counted in millimetres cubed.
+* **Outside the brain's envelope.** The brain is the map's largest connected labelled
+  mass (every label of an ``aparc+aseg`` map lies in or on it); labelled voxels more than
+  :data:`ENVELOPE_MM` from it are off the brain (a blob in the scalp, the skull or the
+  eyes), whatever the image shows there.
+
+:data:`MAX_OUTSIDE_MM3` of either, measured on clean maps against planted blobs in
+``make bench`` (labels), is the most a map may hold. Both run on every second voxel
+along each axis.
 """
 
 from __future__ import annotations
@@ -22,23 +31,37 @@ from scipy import ndimage
 HEAD_LEVEL = 0.1
 TOLERANCE_VOXELS = 2
 MAX_OUTSIDE_MM3 = 200.0
+# Beyond the brain's labelled mass: past a gap of two voxels of the measure's grid, so
+# that a parcel cut off by a sulcus or a vessel stays with the brain.
+ENVELOPE_MM = 5.0
 _STEP = 2
+_CONNECTIVITY = np.ones((3, 3, 3), dtype=bool)
 
 
 @dataclass(frozen=True)
 class AnatomyReading:
-    """Labelled volume outside the head, and where the largest part of it lies."""
+    """Labelled volume outside the head and off the brain, and where the largest part
+    of each lies."""
 
     outside_mm3: float
     labelled_mm3: float
     where_voxel: tuple[int, int, int] | None
+    off_brain_mm3: float = 0.0
+    off_brain_voxel: tuple[int, int, int] | None = None
 
     def verdict(self) -> str | None:
-        if self.outside_mm3 <= MAX_OUTSIDE_MM3:
-            return None
-        at = f" (around voxel {self.where_voxel})" if self.where_voxel else ""
-        return (f"{self.outside_mm3:.0f} mm^3 of its labels lie where the image shows no "
-                f"head{at}, more than {MAX_OUTSIDE_MM3:.0f}: labels in the background")
+        said = []
+        if self.outside_mm3 > MAX_OUTSIDE_MM3:
+            at = f" (around voxel {self.where_voxel})" if self.where_voxel else ""
+            said.append(f"{self.outside_mm3:.0f} mm^3 of its labels lie where the image "
+                        f"shows no head{at}, more than {MAX_OUTSIDE_MM3:.0f}: labels in "
+                        "the background")
+        if self.off_brain_mm3 > MAX_OUTSIDE_MM3:
+            at = f" (around voxel {self.off_brain_voxel})" if self.off_brain_voxel else ""
+            said.append(f"{self.off_brain_mm3:.0f} mm^3 of its labels lie more than "
+                        f"{ENVELOPE_MM:g} mm from the brain's labelled mass{at}, more than "
+                        f"{MAX_OUTSIDE_MM3:.0f}: labels in the scalp, skull or eyes")
+        return "; ".join(said) or None
 
 
 def read_anatomy(image: np.ndarray, labels: np.ndarray,
@@ -59,11 +82,28 @@ def read_anatomy(image: np.ndarray, labels: np.ndarray,
     head = ndimage.binary_fill_holes(values > background + HEAD_LEVEL * (top - background))
     head = ndimage.binary_dilation(head, iterations=TOLERANCE_VOXELS)
     outside = labelled & ~head
-    count = int(outside.sum())
-    where = None
-    if count:
-        parts, n = ndimage.label(outside)
-        sizes = np.bincount(parts.ravel())[1:]
-        centre = ndimage.center_of_mass(outside, parts, int(np.argmax(sizes)) + 1)
-        where = tuple(int(round(c * _STEP)) for c in centre)
-    return AnatomyReading(count * scale, float(labelled.sum()) * scale, where)
+    off_brain = _off_brain(labelled, _STEP * voxel_mm3 ** (1 / 3))
+    return AnatomyReading(int(outside.sum()) * scale, float(labelled.sum()) * scale,
+                          _largest_at(outside), int(off_brain.sum()) * scale,
+                          _largest_at(off_brain))
+
+
+def _off_brain(labelled: np.ndarray, voxel_mm: float) -> np.ndarray:
+    """Labelled voxels more than :data:`ENVELOPE_MM` from the largest labelled mass."""
+    parts, count = ndimage.label(labelled, structure=_CONNECTIVITY)
+    if count < 2:
+        return np.zeros_like(labelled)
+    sizes = np.bincount(parts.ravel())
+    sizes[0] = 0
+    brain = parts == int(np.argmax(sizes))
+    return labelled & (ndimage.distance_transform_edt(~brain) * voxel_mm > ENVELOPE_MM)
+
+
+def _largest_at(where: np.ndarray) -> tuple[int, int, int] | None:
+    """The full grid's voxel at the centre of the largest piece of ``where``."""
+    if not where.any():
+        return None
+    parts, _ = ndimage.label(where)
+    sizes = np.bincount(parts.ravel())[1:]
+    centre = ndimage.center_of_mass(where, parts, int(np.argmax(sizes)) + 1)
+    return tuple(int(round(c * _STEP)) for c in centre)

@@ -29,6 +29,7 @@ from mriprep.check import check_cache
 from mriprep.check.codes import explain, explain_json, unknown
 from mriprep.check.manifest import read_exclusions
 from mriprep.check.render import render_report
+from mriprep.cli.cache_folder import not_a_cache_folder
 from mriprep.core.errors import cli_words
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.limits import CAST_LIMITS
@@ -167,36 +168,6 @@ def _label_table(args: argparse.Namespace):
                       unknown=args.unknown or "error")
 
 
-def _a_file_not_a_cache(path: Path) -> str:
-    """What the file given as the cache is, and what to pass instead."""
-    cache = "the cache folder that `mriprep run ... -o CACHE` wrote"
-    name = path.name.lower()
-    if name.endswith((".csv", ".tsv")):
-        with open(path, newline="", errors="replace") as fh:
-            header = fh.readline().lower().replace("\t", ",").replace('"', "")
-        columns = {c.strip() for c in header.split(",")}
-        if {"subject_id", "image"} <= columns:
-            return (f"{path} is a manifest (a table of subject_id and image), not a cache "
-                    f"folder: pass {cache} from it, and the manifest with --manifest to "
-                    f"check that every row is cached: `mriprep check CACHE --manifest "
-                    f"{path}`")
-        return (f"{path} is a {name[-3:].upper()} table without the subject_id and image "
-                f"columns of a manifest, not a cache folder: pass {cache}")
-    from mriprep.inputs.formats import image_suffix  # nibabel: only on this error
-
-    suffix = image_suffix(path)
-    if suffix:
-        kind = "NIfTI" if suffix.startswith(".nii") else suffix.lstrip(".").upper()
-        return (f"{path} is a {kind} image ({suffix}), not a cache folder: `mriprep check` "
-                f"judges {cache}; list the scan in a manifest (subject_id,image) and "
-                "`mriprep run cohort.csv -o CACHE` first, then `mriprep check CACHE`")
-    if (path.parent / "mriprep-cache.json").is_file():
-        return (f"{path} is a file inside the cache {path.parent}: pass the folder, "
-                f"`mriprep check {path.parent}`")
-    return (f"{path} is a file ({path.stat().st_size} bytes), not a cache folder: pass "
-            f"{cache}")
-
-
 def _usage(message: str) -> int:
     print(f"mriprep check: error: {message}", file=sys.stderr)
     return ExitCode.USAGE
@@ -229,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage("give the cache folder to check (written by `mriprep run -o`), or "
                       "--explain CODE")
     if os.path.isfile(args.cache):
-        return _usage(_a_file_not_a_cache(Path(args.cache)))
+        return _usage(not_a_cache_folder(Path(args.cache), "check"))
     if args.exclude and not args.manifest:
         return _usage("--exclude lists manifest rows; give the manifest too (--manifest M)")
     table_options = {"--processing": args.processing, "--cortex": args.cortex,

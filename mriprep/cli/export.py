@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from mriprep.cli.cache_folder import require_cache_folder
 from mriprep.core.errors import CacheError
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.progress import ProgressBar
@@ -63,9 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from mriprep.outputs import entries_for, export_entries
     from mriprep.outputs.export import check_export_folder
 
-    if not Path(args.cache).is_dir():
-        raise CacheError(f"cache folder {args.cache} does not exist; pass the folder given "
-                         "to `mriprep run -o`")
+    require_cache_folder(args.cache, "export")
     cache = Cache(args.cache)
     entries = leave_out_flagged(cache, entries_for(cache, args.subject, args.split), args)
     check_export_folder(args.output)  # refused before the first entry is read

@@ -13,6 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from mriprep.cli.cache_folder import require_cache_folder
 from mriprep.core.errors import CacheError, cli_words
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.progress import ProgressBar
@@ -101,9 +102,7 @@ def run_fastsurfer(args: argparse.Namespace) -> int:
     from mriprep.training.labels import LabelTable
     from mriprep.training.labels.weights import WeightOptions
 
-    if not Path(args.cache).is_dir():
-        raise CacheError(f"cache folder {args.cache} does not exist; pass the folder given "
-                         "to `mriprep run -o`")
+    require_cache_folder(args.cache, "export")
     out = Path(args.output)
     if out.is_dir():
         raise CacheError(f"{out} is a folder; --format fastsurfer-hdf5 writes one file, "

@@ -7,8 +7,8 @@ errors of this command), 2 usage error (no such cache folder, not a cache).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from mriprep.cli.cache_folder import require_cache_folder
 from mriprep.core.errors import CacheError
 from mriprep.core.exit_codes import ExitCode
 from mriprep.core.progress import ProgressBar
@@ -38,9 +38,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from mriprep.qc.report import write_report
 
-    if not Path(args.cache).is_dir():
-        raise CacheError(f"cache folder {args.cache} does not exist; pass the folder given "
-                         "to `mriprep run -o`")
+    require_cache_folder(args.cache, "report")
     bar = ProgressBar("report", unit="subject")
     try:
         path = write_report(args.cache, args.output, progress=bar.update_to)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mriprep.core.errors import CacheError, InputError
+from mriprep.cli.cache_folder import require_cache_folder
+from mriprep.core.errors import InputError
 from mriprep.core.exit_codes import ExitCode
 
 
@@ -72,9 +73,7 @@ def run(args: argparse.Namespace) -> int:
                          "suffix picks the format)")
     if out.exists() and not args.force:
         raise InputError(f"{out} exists; pass --force to overwrite it, or choose another -o")
-    if not Path(args.cache).is_dir():
-        raise CacheError(f"cache folder {args.cache} does not exist; pass the folder given "
-                         "to `mriprep run -o`")
+    require_cache_folder(args.cache, "to-native")
     if args.classes is not None and args.kind != "label":
         raise InputError("--classes maps a label map's classes; drop it with --kind image")
     cache = Cache(args.cache)

@@ -61,3 +61,22 @@ def scattered(labels: np.ndarray, value: int, share: float,
         i, j, k = np.minimum(np.unravel_index(at, labels.shape), limit)
         out[i:i + 2, j:j + 2, k] = value
     return out
+
+
+def blob_in_scalp(image: np.ndarray, labels: np.ndarray, side: int, value: int,
+                  rng: np.random.Generator) -> np.ndarray:
+    """A cube of ``side`` voxels labelled ``value``, centred in the head (what the image
+    shows above its background) 12-18 voxels from the nearest label: in the scalp or the
+    skull, off the brain."""
+    faces = np.concatenate([np.moveaxis(image, a, 0)[[0, -1]].ravel() for a in range(3)])
+    background = float(np.median(faces))
+    head = image > background + 0.1 * (float(np.percentile(image, 99.5)) - background)
+    away = ndimage.distance_transform_edt(labels == 0)
+    candidates = np.argwhere(head & (away > 12) & (away < 18))
+    if len(candidates) == 0:
+        raise ValueError("no head 12-18 voxels from the labels: the image shows no scalp")
+    centre = candidates[rng.integers(len(candidates))]
+    low = np.maximum(centre - side // 2, 0)
+    out = labels.copy()
+    out[tuple(slice(a, a + side) for a in low)] = value
+    return out

@@ -56,11 +56,19 @@ class CohortCheck:
         return sum(1 for s in self.subjects.values() if s.findings)
 
 
-def cohort_check(cache_root: str | Path) -> CohortCheck:
-    """Every indexed entry's structures and kept findings."""
+def cohort_check(cache_root: str | Path, read_maps: bool = True) -> CohortCheck:
+    """Every indexed entry's structures and kept findings.
+
+    The structure table counts each label map's voxels from a fresh check record, else
+    from the map itself (a read of every map); ``read_maps=False`` (the report at the
+    end of a run, which must not become a second pass over the cohort) leaves the table
+    out where no fresh record holds the counts, and says so."""
     root = Path(cache_root)
     cache = Cache(root)
-    entries = cache.read_entries().entries
+    try:
+        entries = cache.read_entries().entries
+    except MriprepError as exc:  # the report shows the damaged index already
+        return CohortCheck(None, {}, f"the check's findings cannot be shown: {exc}")
     note = ""
     try:
         record = read_check_record(root)
@@ -80,7 +88,7 @@ def cohort_check(cache_root: str | Path) -> CohortCheck:
         elif record is not None:
             part.findings = [f for f in record.findings_of(key) if f.at_least("warning")]
         if entry.has_label:
-            found = _counts(cache, entry, record if key not in stale else None)
+            found = _counts(cache, entry, record if key not in stale else None, read_maps)
             if isinstance(found, str):
                 part.note = "; ".join(filter(None, (part.note, found)))
             else:
@@ -93,13 +101,17 @@ def cohort_check(cache_root: str | Path) -> CohortCheck:
     return CohortCheck(record.made if record is not None else None, subjects, note)
 
 
-def _counts(cache: Cache, entry: IndexEntry, record: CheckRecord | None
-            ) -> dict[int, int] | str:
+def _counts(cache: Cache, entry: IndexEntry, record: CheckRecord | None,
+            read_maps: bool = True) -> dict[int, int] | str:
     """Voxels per label value (from a fresh record, else the map), or why not."""
     if record is not None:
         kept = record.label_voxels(entry.key)
         if kept is not None:
             return kept
+    if not read_maps:
+        return (f"no structure table: no fresh check record holds its label counts "
+                f"(`mriprep check {cache.root} --lut dkt` keeps them, or `mriprep report "
+                f"{cache.root}` counts them)")
     try:
         return label_counts(np.asarray(cache.load_tensor(entry.key, "label")))
     except (MriprepError, OSError, ValueError) as exc:

@@ -132,7 +132,8 @@ def gather(cache_root: str | Path, make_missing: bool = True,
             # A skipped row's time is the skip's and it carries no warnings: the
             # entry's own record says what the run that made it did.
             _take_meta(subject, cache)
-            subject.reused = row is not None and row.key == entry.key
+            subject.reused = (row is not None and row.key == entry.key
+                              and row.status == "skipped")
         data.subjects.append(subject)
     for ident, row in rows.items():
         if ident in seen or not row.failed:

@@ -113,19 +113,30 @@ def label_table() -> dict[int, tuple[str, str]]:
     return table
 
 
-def label_legend(values) -> list[dict]:
+# When a map's values are FreeSurfer's (label_legend): an aseg alone has about 40.
+FREESURFER_MIN_NAMED = 10
+FREESURFER_SHARE = 0.8
+
+
+def label_legend(values, map_values=None) -> list[dict]:
     """The legend of the label values a picture shows: value, name and colour each, and
     whether the table names it (``in_table``).
 
     The table's names and colours are used when the map is numbered as FreeSurfer numbers
-    its labels: when the table names at least half of its values (an aparc+aseg map has
-    a few the DKT table lacks, such as the corpus callosum). A value the table lacks, or
-    every value of a map numbered otherwise (tissue classes 1-3, say), is "label N" in a
-    colour of tab20, with ``in_table`` False.
+    its labels: when the table names at least :data:`FREESURFER_MIN_NAMED` of its values
+    and :data:`FREESURFER_SHARE` of them (an aparc+aseg map has a few the DKT table lacks,
+    such as the corpus callosum; a map of a few classes, tissue classes 1-4 say, would
+    pass a share alone, with 2 named white matter). A value the table lacks, or every
+    value of a map numbered otherwise, is "label N" in a colour of tab20, with
+    ``in_table`` False. ``map_values``: every value of the map, when the picture shows
+    some of them only (the numbering is the map's, not its tiles').
     """
     table = label_table()
     values = sorted({int(v) for v in values if int(v) != 0})
-    freesurfer = 2 * sum(v in table for v in values) >= len(values)
+    numbering = values if map_values is None else {int(v) for v in map_values if int(v)}
+    named = sum(v in table for v in numbering)
+    freesurfer = (named >= FREESURFER_MIN_NAMED
+                  and named >= FREESURFER_SHARE * len(numbering))
     out = []
     for value in values:
         if freesurfer and value in table:

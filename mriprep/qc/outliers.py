@@ -17,7 +17,8 @@ minimum effect from the median. The spread is never taken as smaller than the mi
 effect over :data:`OUTLIER_Z` (:func:`spread_floor`): where that floor holds, a z above
 the threshold means a difference above the minimum effect, and the z shown is not
 inflated by a cohort of near-copies. A value **at one of its metric's declared bounds**
-(an overlap of exactly 1, no filled voxel) is never flagged for sitting there.
+on its good side (an overlap of exactly 1, no filled voxel) is never flagged for sitting
+there; one at its worst (an overlap of 0) is judged as any other.
 
 :data:`OUTLIER_Z` is 3.5, Iglewicz and Hoaglin's recommendation, with its measured
 distribution where it is defined. The flags point a person at a scan; the report's
@@ -65,21 +66,27 @@ class Rule:
     side: int = 0
     min_effect: float = 0.0
     bounds: tuple[float | None, float | None] = (None, None)
+    better: str = "-"
 
     @classmethod
     def of(cls, metric: QCMetric) -> "Rule":
         """The rule a metric's declaration gives (judged ``"none"``: not a rule; the
         caller leaves the metric out)."""
         return cls(_SIDES.get(metric.judge, 0), metric.min_effect or 0.0,
-                   metric.bounds or (None, None))
+                   metric.bounds or (None, None), metric.better)
 
     @property
     def floor(self) -> float:
         return spread_floor(self.min_effect)
 
     def at_bound(self, value: float) -> bool:
-        return any(b is not None and abs(value - b) <= _AT_BOUND * max(1.0, abs(b))
-                   for b in self.bounds)
+        """Whether ``value`` sits at its metric's best possible value: the upper bound
+        of a metric where higher is better (an overlap of 1), the lower bound of one
+        where lower is better (no filled voxel). The worst bound (an overlap of 0) is
+        no such excuse, nor a bound of a metric with no better side."""
+        low, high = self.bounds
+        best = high if self.better == "higher" else low if self.better == "lower" else None
+        return best is not None and abs(value - best) <= _AT_BOUND * max(1.0, abs(best))
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,8 @@ def write_report(cache_root: str | os.PathLike, out_dir: str | os.PathLike | Non
     declared = data.declared
     columns = [name for name, metric in declared.items() if metric.column]
     plot = _cohort_plot(data, out, columns)
-    check = cohort_check(data.cache)  # the structures and the last check's findings
+    # The structures and the last check's findings (the end of a run reads no map).
+    check = cohort_check(data.cache, read_maps=make_missing)
     pages = set()
     for i, subject in enumerate(data.subjects):
         neighbours = dict(previous=data.subjects[i - 1] if i > 0 else None,

@@ -226,9 +226,10 @@ def _output_pictures(output: OutputData, layers: list[CauseLayer],
     if output.label is not None:
         label_rgb = {p: [t.copy() for t in ts] for p, ts in base.items()}
         tiles = {p: [pts.read(output.label, to_out, 0) for pts in points[p]] for p in PLANES}
-        # The legend first: whether the table names the map depends on all its values.
+        # The legend first: whether the table names the map depends on all its values
+        # (the map's, so that every page of a cohort names a value alike).
         legend = mosaic.label_legend(np.unique(np.concatenate(
-            [np.unique(t) for ts in tiles.values() for t in ts])))
+            [np.unique(t) for ts in tiles.values() for t in ts])), _values_of(output.label))
         colours = {entry["value"]: entry["colour"] for entry in legend}
         for plane in PLANES:
             for tile, label in zip(label_rgb[plane], tiles[plane]):
@@ -468,3 +469,12 @@ def template_from_records(records: Iterable[Mapping[str, Any]]) -> TemplateBrain
         return TemplateBrain(template_brain_mask(template, brain),
                              load_template(template).affine, str(template))
     return None
+
+
+def _values_of(label: np.ndarray) -> np.ndarray:
+    """The distinct values of a label map (a count per value where they allow it: a
+    tenth of the time of a sort)."""
+    label = np.asarray(label)
+    if label.dtype.kind in "iu" and label.size and 0 <= label.min() and label.max() < 2 ** 20:
+        return np.flatnonzero(np.bincount(label.ravel()))
+    return np.unique(label)

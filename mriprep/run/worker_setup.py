@@ -171,6 +171,7 @@ class DistributedLogFile(logging.Handler):
         self.path = Path(path)
         self._file = None
         self._pending: collections.deque[str] = collections.deque(maxlen=PENDING_RECORDS)
+        self._dropped = 0
         self.setFormatter(logging.Formatter(
             "%(asctime)s - pid %(process)d - %(name)s - %(levelname)s - %(message)s"))
 
@@ -180,10 +181,15 @@ class DistributedLogFile(logging.Handler):
             with self.lock:
                 if self._file is None:
                     if not self.path.parent.parent.is_dir():  # no cache folder yet
+                        self._dropped += len(self._pending) == self._pending.maxlen
                         self._pending.append(text)
                         return
                     self.path.parent.mkdir(exist_ok=True)
                     self._file = open(self.path, "a", encoding="utf-8")
+                    if self._dropped:
+                        self._file.write(f"({self._dropped} earlier records dropped: more "
+                                         f"than {PENDING_RECORDS} came before the cache "
+                                         "folder was made)\n")
                     while self._pending:
                         self._file.write(self._pending.popleft() + "\n")
                 self._file.write(text + "\n")

@@ -39,6 +39,7 @@ from mriprep.core.limits import UINT8_MAX
 from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import all_finite, foreground_mask, percentiles
+from mriprep.stages.resample.conformed import CONFORMED_DTYPE, stored_dtype
 
 CONFORM_MAX = float(UINT8_MAX)
 # FastSurfer's histogram: 1000 bins, all but 0.1% of the non-zero voxels below the cut.
@@ -161,8 +162,7 @@ def conform_range(values: np.ndarray) -> tuple[float, float]:
 def _uint8_on_disk(volume: Volume) -> bool:
     """Whether the file read stored uint8 voxels, unscaled (the load record says)."""
     load = volume.record_of("load")
-    return load is not None and load.metrics.get("dtype_on_disk") == "uint8" \
-        and not load.metrics.get("scaling_applied", False)
+    return stored_dtype(load.metrics if load is not None else None) == CONFORMED_DTYPE
 
 
 def _scaled(values: np.ndarray, low: float, high: float, offset: float,

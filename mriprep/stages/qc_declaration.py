@@ -85,10 +85,14 @@ class QCMetric:
 
     def to_json(self) -> dict[str, Any]:
         """What ``qc.json`` keeps of the declaration (the report and ``mriprep check``
-        read it without importing the stage)."""
+        read it without importing the stage). A stage that declares no minimum effect
+        is written as 0 (any difference a z finds, as it is judged): a ``qc.json`` that
+        lacks the field was made before minimum effects were declared, and only that
+        sends the reader to the stages."""
         return {"label": self.label, "meaning": self.meaning, "unit": self.unit,
                 "better": self.better, "judge": self.judge, "column": self.column,
-                "fmt": self.fmt, "min_effect": self.min_effect,
+                "fmt": self.fmt,
+                "min_effect": self.min_effect if self.min_effect is not None else 0.0,
                 "bounds": list(self.bounds) if self.bounds is not None else None}
 
     @classmethod

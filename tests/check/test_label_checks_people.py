@@ -22,6 +22,7 @@ from mriprep.check.label_table import class_counts
 from mriprep.check.label_volumes import judge_volumes
 from mriprep.demo.freesurfer_cohort import scanned_person
 from mriprep.demo.label_defects import (
+    blob_in_scalp,
     grown,
     hemispheres_swapped,
     removed,
@@ -84,6 +85,9 @@ def test_each_person_labels_lie_in_the_head_stripped_or_defaced(index):
     zscored = (image - brain_values.mean()) / brain_values.std()
     assert read_anatomy(zscored, labels, voxel).verdict() is None
     assert read_anatomy(zscored, planted, voxel).verdict() is not None
+    # A blob in the scalp: head in the image, but off the brain.
+    scalp = blob_in_scalp(image, labels, 6, 17, np.random.default_rng(index))
+    assert "from the brain's labelled mass" in read_anatomy(image, scalp, voxel).verdict()
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])

@@ -95,4 +95,15 @@ def test_an_empty_map_does_not_break_the_others():
     maps = _cohort(ventricle_spread=0.05)
     maps["m2"] = np.zeros_like(TYPICAL)
     judged = judge_volumes(maps, NAMES)
+    assert {m.structure for m in judged.missing["m2"]} == {
+        "Left-Hippocampus", "Left-Lateral-Ventricle", "ctx-lh-cuneus",
+        "Left-Cerebellum-Cortex", "Left-Cerebral-White-Matter"}
     assert not any(v for k, v in judged.flags.items() if k != "m2")
+
+
+def test_a_large_cohort_is_judged_against_itself_as_a_small_one_against_the_others():
+    maps = _cohort(n=150, seed=4, ventricle_spread=0.05)
+    maps["m7"] = maps["m7"] * np.array([1, 2.0, 1, 1, 1, 1, 1])
+    judged = judge_volumes(maps, NAMES)
+    assert [f.structure for f in judged.flags["m7"]] == ["Left-Hippocampus"]
+    assert sum(bool(f) for f in judged.flags.values()) == 1

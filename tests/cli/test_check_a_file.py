@@ -50,3 +50,15 @@ def test_check_cache_from_python_says_a_file_is_a_file(tmp_path):
     path.write_text("subject_id,image\n")
     with pytest.raises(CacheError, match="is a file, not a cache folder"):
         check_cache(path)
+
+
+@pytest.mark.parametrize("command", [["report"], ["export", "-o", "OUT"],
+                                     ["to-native", "sub-01", "pred.nii.gz", "-o", "out.nii.gz"]])
+def test_every_command_that_reads_a_cache_names_a_file_for_what_it_is(tmp_path, capsys,
+                                                                      command):
+    manifest = tmp_path / "cohort.csv"
+    manifest.write_text("subject_id,image\nsub-01,a.nii.gz\n")
+    code = main([command[0], str(manifest), *command[1:]])
+    err = capsys.readouterr().err
+    assert code != 0 and f"{manifest} is a manifest" in err, err
+    assert "does not exist" not in err and "Traceback" not in err

@@ -65,6 +65,17 @@ def test_a_value_at_its_bound_is_never_an_outlier_for_sitting_there(stage_declar
     assert [o.name for o in cohort_flags(cohort, stage_declared)] == ["sub-11"]
 
 
+def test_a_value_at_its_worst_bound_is_flagged(stage_declared):
+    """No overlap at all, or every voxel invalid: the bound on the bad side is no excuse."""
+    rng = np.random.default_rng(1)
+    cohort = {f"sub-{i:02d}": {"registration_overlap": 0.97 + 0.005 * rng.standard_normal(),
+                               "invalid_fraction": 0.01 + 0.002 * rng.standard_normal()}
+              for i in range(12)}
+    cohort["sub-12"] = {"registration_overlap": 0.0, "invalid_fraction": 1.0}
+    flagged = {(o.name, o.metric) for o in cohort_flags(cohort, stage_declared)}
+    assert {("sub-12", "registration_overlap"), ("sub-12", "invalid_fraction")} <= flagged
+
+
 def test_wm2max_0_36_percent_off_at_z_4_is_no_outlier():
     """WM2MAX 0.36% from a cohort that agrees closely: z 4.0, a difference nobody minds."""
     rng = np.random.default_rng(0)

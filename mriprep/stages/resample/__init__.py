@@ -82,7 +82,7 @@ from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
 from mriprep.stages.intensity import label_values
 from mriprep.stages.reorient import axis_codes, orientation_codes, reoriented
-from mriprep.stages.resample.conformed import conform_mismatches
+from mriprep.stages.resample.conformed import conform_mismatches, stored_dtype
 from mriprep.stages.resample.general import resample_arrays
 from mriprep.stages.resample.grid import (
     crop_or_pad,
@@ -319,7 +319,7 @@ def _already_conformed(volume: Volume, params: ResampleParams) -> StageOutput | 
     if volume.pending is not None or params.shape is None or params.orientation is None:
         return None
     load = volume.record_of("load")
-    dtype = load.metrics.get("dtype_on_disk") if load is not None else None
+    dtype = stored_dtype(load.metrics if load is not None else None)
     if conform_mismatches(volume.affine, volume.shape, dtype, params.shape, params.spacing,
                           params.orientation, strict=params.axis_aligned):
         return None

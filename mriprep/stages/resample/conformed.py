@@ -31,6 +31,18 @@ CONFORM_EPS = 1e-6
 CONFORMED_DTYPE = "uint8"
 
 
+def stored_dtype(load_metrics) -> str | None:
+    """The dtype a file stores as its voxels, from the load stage's metrics (None:
+    unknown): ``"uint8"`` only when read unscaled, since a uint8 file with a scaling
+    (NIfTI's ``scl_slope``) holds other values than its bytes."""
+    if load_metrics is None:
+        return None
+    dtype = load_metrics.get("dtype_on_disk")
+    if dtype is not None and load_metrics.get("scaling_applied", False):
+        return f"{dtype} with a scaling"
+    return dtype
+
+
 def conform_mismatches(affine: np.ndarray, shape, dtype_on_disk: str | None,
                        target_shape, target_spacing, orientation: str,
                        strict: bool = True, eps: float = CONFORM_EPS) -> list[str]:
