@@ -7,10 +7,10 @@ maps against the maps moved by 1, 2 and 4 mm along each axis and another person'
 :data:`MIN_SEPARATION` (another person's).
 
 ``label-off-anatomy`` (:mod:`mriprep.check.label_anatomy`): labelled volume where the
-image shows no head, on clean maps (also with the image z-scored, skull-stripped and
-defaced)
-against maps with a planted 10 mm and 6 mm cube of labels in the background; threshold
-:data:`MAX_OUTSIDE_MM3`.
+image shows no head, and more than :data:`ENVELOPE_MM` from the brain's labelled mass,
+on clean maps (also with the image z-scored, skull-stripped and defaced) against maps
+with a planted 10 mm and 6 mm cube of labels in the background, and in the scalp;
+threshold :data:`MAX_OUTSIDE_MM3`.
 
 ``label-volume`` and ``label-structure-missing`` (:mod:`mriprep.check.label_volumes`):
 each structure's robust z of its log share of the labelled volume across the set's
@@ -55,7 +55,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scipy import ndimage  # noqa: E402
 
-from mriprep.check.label_anatomy import MAX_OUTSIDE_MM3, read_anatomy  # noqa: E402
+from mriprep.check.label_anatomy import (  # noqa: E402
+    ENVELOPE_MM,
+    MAX_OUTSIDE_MM3,
+    read_anatomy,
+)
 from mriprep.check.label_fit import MAX_GAIN, MIN_SEPARATION, read_fit  # noqa: E402
 from mriprep.check.label_islands import MAX_SCATTERED, read_islands  # noqa: E402
 from mriprep.check.label_sides import read_sides, side_pairs  # noqa: E402
@@ -68,6 +72,7 @@ from mriprep.check.label_volumes import (  # noqa: E402
 )
 from mriprep.demo.freesurfer_cohort import scanned_person  # noqa: E402
 from mriprep.demo.label_defects import (  # noqa: E402
+    blob_in_scalp,
     grown,
     hemispheres_swapped,
     removed,
@@ -140,8 +145,9 @@ def _side_swap(people) -> None:
 
 def _off_anatomy(people) -> None:
     rows = {"clean": [], "z-scored": [], "skull-stripped": [], "defaced": [],
-            "cube 10 mm": [], "cube 6 mm": []}
+            "cube 10 mm": [], "cube 6 mm": [], "scalp 10 mm": [], "scalp 6 mm": []}
     costs = []
+    rng = np.random.default_rng(35)
     for image, labels, affine in people:
         voxel = float(abs(np.linalg.det(affine[:3, :3])))
         t = time.perf_counter()
@@ -159,13 +165,17 @@ def _off_anatomy(people) -> None:
             planted = labels.copy()
             planted[4:4 + side, 4:4 + side, 4:4 + side] = 17
             rows[name].append(read_anatomy(image, planted, voxel))
+            scalp = blob_in_scalp(image, labels, side, 17, rng)
+            rows[f"scalp {side} mm"].append(read_anatomy(image, scalp, voxel))
     print(f"label-off-anatomy, {len(people)} people, threshold {MAX_OUTSIDE_MM3:.0f} mm^3 "
-          "of labels outside the head:")
+          f"of labels outside the head, or over {ENVELOPE_MM:g} mm from the brain's mass:")
     for name, readings in rows.items():
-        values = [r.outside_mm3 for r in readings]
+        head = [r.outside_mm3 for r in readings]
+        brain = [r.off_brain_mm3 for r in readings]
         named = sum(r.verdict() is not None for r in readings)
-        print(f"  {name:15s} {min(values):7.0f} .. {max(values):7.0f} mm^3; named {named} "
-              f"of {len(readings)}")
+        print(f"  {name:15s} outside the head {min(head):5.0f} .. {max(head):5.0f}, off "
+              f"the brain {min(brain):5.0f} .. {max(brain):5.0f} mm^3; named {named} of "
+              f"{len(readings)}")
     print(f"  cost per map: median {statistics.median(costs):.3f} s (range "
           f"{min(costs):.3f}-{max(costs):.3f})")
 
