@@ -109,4 +109,4 @@ def test_the_default_pipeline_hashes_to_the_one_the_identity_reference_records()
     recorded = np.load(REFERENCE_PATH)["pipeline"]
     assert recorded[0] == "t1w_mni_rigid"
     assert load_pipeline("t1w_mni_rigid").hash == recorded[1] == \
-        "5ea3f33689ca88f4b42e887dd4cb83d22dc6515211b5cdb5f2c76c1565ed2a7a"
+        "5c22e7f8b21f5e16c7f1e4b45332a0a7e75dad0c64fff39ab342bf01cc9df5bf"
