@@ -26,7 +26,8 @@ is found here first, on the cache as it is:
     (:mod:`mriprep.check.label_sides`): a mirrored map, swapped hemispheres, or swapped
     structures.
 ``label-off-anatomy`` (warning, per label map)
-    labels where the image shows no head (:mod:`mriprep.check.label_anatomy`).
+    labels where the image shows no head, or off the brain's labelled mass
+    (:mod:`mriprep.check.label_anatomy`).
 ``label-misfit`` (warning, per label map)
     the map does not lie on its image: white matter and cortex separate better with the
     map moved by a voxel or two, or hardly at all (another person's map;

@@ -161,9 +161,10 @@ _REGISTRY = (
         "check the label map's affine against its image and the labelling tool's "
         "left/right numbering; regenerate or relabel the map"),
     FindingCode(
-        "label-off-anatomy", W, "labels lie where the image shows no head (a blob in "
-                                "the background, a map of another field of view or a "
-                                "bad resampling)",
+        "label-off-anatomy", W, "labels lie where the image shows no head, or away "
+                                "from the brain's labelled mass (a blob in the "
+                                "background or the scalp, a map of another field of "
+                                "view or a bad resampling)",
         "check the label map's field of view and resampling against its image; remove "
         "the stray labels"),
     FindingCode(
