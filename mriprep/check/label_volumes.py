@@ -11,10 +11,11 @@ structures are judged against the other maps of the cohort, after the table's ru
   twice and half are equally far: the robust z of a map's log share is its distance
   from the median of the cohort's other maps, in units of their spread (1.4826 MADs;
   the map itself left out, so that in a small cohort a grown structure does not widen
-  the spread it is judged by), never less
-  than a floor: :data:`SPREAD_FLOOR` for a structure, :data:`PARCEL_SPREAD_FLOOR` for
-  a cortical parcel (FreeSurfer's ``ctx-`` names), whose borders vary more between
-  people and between runs. A structure is flagged beyond :data:`VOLUME_Z`. The floor
+  the spread it is judged by; above :data:`LEAVE_ONE_OUT_UP_TO` maps the whole cohort,
+  which one map hardly moves), never less than a floor: :data:`SPREAD_FLOOR` for a
+  structure, :data:`PARCEL_SPREAD_FLOOR` for a cortical parcel (FreeSurfer's ``ctx-``
+  names), whose borders vary more between people and between runs. A structure is
+  flagged beyond :data:`VOLUME_Z`. The floor
   is why a small cohort, or one of near-identical people (copies of one template, one
   person scanned ten times), does not flag a 10% difference: with it, no structure
   within ``exp(VOLUME_Z * SPREAD_FLOOR)`` (1.42x) of the median share and no parcel
@@ -28,8 +29,7 @@ structures are judged against the other maps of the cohort, after the table's ru
 
 Both judge a map against at least :data:`MIN_OTHERS` other label maps of the same
 table: a smaller cohort says too little, and the check's summary says the volumes were
-not judged. Measured on clean maps against
-planted defects in ``make bench`` (labels).
+not judged. Measured on clean maps against planted defects in ``make bench`` (labels).
 """
 
 from __future__ import annotations
@@ -134,14 +134,14 @@ def judge_volumes(volumes_mm3: Mapping[str, np.ndarray],
                     flags[keys[row]].append(VolumeFlag(
                         names[c], float(volumes[row, c]),
                         float(math.exp(log_share[row, c] - centre)), float(score)))
-        for row in np.flatnonzero(~present):
-            others = np.delete(volumes[:, c], row)
-            held = others[others > 0]
-            if (held.size >= PRESENT_SHARE * others.size
-                    and np.median(held) >= MISSING_MIN_MM3):
+        # A map without the structure: every map that holds it is one of its others.
+        held = volumes[present, c]
+        others = len(keys) - 1
+        if (held.size and held.size >= PRESENT_SHARE * others
+                and np.median(held) >= MISSING_MIN_MM3):
+            for row in np.flatnonzero(~present):
                 missing[keys[row]].append(
-                    Missing(names[c], int(held.size), int(others.size),
-                            float(np.median(held))))
+                    Missing(names[c], int(held.size), others, float(np.median(held))))
     for found in flags.values():
         found.sort(key=lambda f: -abs(f.z))
     return VolumeJudgement(len(keys), True, flags, missing, largest)
