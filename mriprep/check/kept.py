@@ -19,6 +19,7 @@ from mriprep.cache.check_record import (CheckRecord, KeptFinding, entry_state,
                                         write_check_record)
 from mriprep.check.report import CheckReport
 from mriprep.core.hashing import hash_json
+from mriprep.splits.near_duplicates import NEAR_DUPLICATE_THRESHOLD
 
 
 def check_record(report: CheckReport, index: Mapping[str, IndexEntry],
@@ -58,16 +59,28 @@ def table_options(table: Any, source: str) -> dict[str, Any]:
             "cortex": table.cortex, "unknown": table.unknown}
 
 
+# The shipped DKT table (mriprep.training.labels.DKT_TABLE; check sits below training
+# and does not import it), named by its short name rather than a path into site-packages.
+_SHIPPED_DKT = Path(__file__).resolve().parents[1] / "training" / "labels" / "fastsurfer_dkt.tsv"
+
+
 def again_flags(options: Mapping[str, Any]) -> str:
-    """The options of ``mriprep check`` that check a cache again with the same label
-    table (or label values) and cast dtype."""
+    """The options of ``mriprep check`` that check a cache again with the same manifest,
+    label table (or label values), identity threshold and cast dtype. A table that was
+    never a file (made in Python) is written ``--lut TABLE``: the user's to fill in."""
     words = []
+    if options.get("manifest") and options["manifest"] != "the manifest":
+        words += ["--manifest", str(options["manifest"])]
     table = options.get("label_table")
     if table:
         source = Path(table["source"])
-        # The shipped table is named by its short name, not by a path into site-packages.
-        shipped = source.name == "fastsurfer_dkt.tsv" and "mriprep" in source.parts
-        words += ["--lut", "dkt" if shipped else str(source)]
+        if source == _SHIPPED_DKT or (source.is_file() and source.resolve() == _SHIPPED_DKT):
+            lut = "dkt"
+        elif table["source"].startswith("("):  # "(in memory)": no file to name
+            lut = "TABLE"
+        else:
+            lut = str(source)
+        words += ["--lut", lut]
         defaults = {"processing": "aparc", "cortex": "fuse", "unknown": "error"}
         for name, default in defaults.items():
             if table.get(name) not in (None, default):
@@ -76,9 +89,12 @@ def again_flags(options: Mapping[str, Any]) -> str:
             words += ["--absent-classes", str(options["absent_classes"])]
     elif options.get("allowed_labels"):
         words += ["--labels", ",".join(str(v) for v in options["allowed_labels"])]
+    threshold = options.get("near_duplicate_threshold")
+    if threshold is not None and threshold != NEAR_DUPLICATE_THRESHOLD:
+        words += ["--near-threshold", str(threshold)]
     if options.get("dtype") not in (None, "float16"):
         words += ["--dtype", str(options["dtype"])]
-    return " ".join(shlex.quote(w) for w in words)
+    return " ".join(w if w == "TABLE" else shlex.quote(w) for w in words)
 
 
 def keep_record(root: Path, record: CheckRecord) -> dict[str, Any]:

@@ -191,3 +191,18 @@ def test_an_unreadable_record_is_refused_naming_the_fix(checked, tmp_path):
     with pytest.raises(CacheError, match=r"cannot read the check record .*findings.json: "
                                          r".*run `mriprep check .*` again"):
         read_check_record(root)
+
+
+def test_the_check_to_run_again_is_the_same_check():
+    from mriprep.check.kept import _SHIPPED_DKT, again_flags
+
+    rules = {"processing": "aparc", "cortex": "fuse", "unknown": "error"}
+    same = again_flags({"label_table": {"source": str(_SHIPPED_DKT), **rules},
+                        "manifest": "/data/cohort.csv", "near_duplicate_threshold": 0.5,
+                        "dtype": "float16"})
+    assert same == "--manifest /data/cohort.csv --lut dkt --near-threshold 0.5"
+    # An edited copy of the shipped table is named by its own path, not as the shipped one
+    copy = "/home/me/mriprep/mriprep/training/labels/fastsurfer_dkt.tsv"
+    assert f"--lut {copy}" in again_flags({"label_table": {"source": copy, **rules}})
+    # A table made in Python has no file: the user names theirs
+    assert again_flags({"label_table": {"source": "(in memory)", **rules}}) == "--lut TABLE"
