@@ -324,6 +324,9 @@ def test_ctrl_c_cancels_every_job_and_keeps_what_finished(cohort, slurm, tmp_pat
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not _entry_folders(cache_root):
         time.sleep(0.2)
+    # A folder renamed into place is a result the run receives a moment later (longer on
+    # a loaded machine); each subject then pauses 2 s, so the jobs still run.
+    time.sleep(1.0)
     assert [state for _, state in slurm.jobs()].count("RUNNING") >= 1
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
