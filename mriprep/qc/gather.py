@@ -146,7 +146,7 @@ def gather(cache_root: str | Path, make_missing: bool = True,
     for done, subject in enumerate(data.subjects, 1):
         try:
             _attach_qc(cache, subject, make_missing)
-            _made_by_run(cache, subject, data.run)
+            _made_by_run(cache, subject, data.run, keep=not make_missing)
         except Exception as exc:  # noqa: BLE001 - one damaged subject is shown, not fatal
             subject.problems.append(f"its QC could not be read: {type(exc).__name__}: {exc}")
         if progress is not None:
@@ -240,13 +240,18 @@ def _attach_qc(cache: Cache, subject: ReportSubject, make_missing: bool) -> None
                                 f"{cache.root}: {exc}")
 
 
-def _made_by_run(cache: Cache, subject: ReportSubject, run: dict[str, Any]) -> None:
+def _made_by_run(cache: Cache, subject: ReportSubject, run: dict[str, Any],
+                 keep: bool = True) -> None:
     """The time of the run that made a cached entry: the last run's, kept in its
-    ``qc.json`` when that run made it; read back from there when a run before made it."""
+    ``qc.json`` when that run made it (``keep``: the report at the end of that run; a
+    later ``mriprep report`` only reads, so a read-only cache reports as it is); read
+    back from there when a run before made it."""
     if subject.status != "cached" or subject.qc is None:
         return
     if subject.seconds is None:  # made by an earlier run than the last
         subject.seconds = (subject.qc.get("made_by_run") or {}).get("seconds")
+        return
+    if not keep:
         return
     made = {"seconds": subject.seconds, "run_started": run.get("started")}
     if subject.qc.get("made_by_run") == made:
