@@ -85,7 +85,16 @@ def _table_line(table: dict) -> str:
             f"classes: {table['absent_classes']}): {table['label_maps']} label map(s) "
             f"judged in {table['seconds']:.1f} s"
             + (f"; {table['without_label_map']} entries without a label map not judged"
-               if table["without_label_map"] else ""))
+               if table["without_label_map"] else "")
+            + _volumes_line(table.get("volumes")))
+
+
+def _volumes_line(volumes: dict | None) -> str:
+    """Whether the structure volumes were judged (they need a cohort of maps)."""
+    if not volumes or volumes["judged"]:
+        return ""
+    return (f"; structure volumes and missing structures not judged: {volumes['maps']} "
+            f"label map(s), at least {volumes['min_maps']} needed")
 
 
 def _cast_line(dtype: str) -> str:

@@ -39,6 +39,7 @@ from mriprep.qc import mosaic
 from mriprep.qc.capture import CauseLayer
 from mriprep.qc.causes import OUTSIDE, UNRECORDED, cause_names, not_finite_code
 from mriprep.qc.views import PLANES, Points, index_map, on_grid, sample, view_of
+from mriprep.qc.structures import label_counts
 from mriprep.stages.intensity import foreground_mask
 
 # The quality metrics use every other voxel along each axis: they are medians, means and
@@ -229,7 +230,7 @@ def _output_pictures(output: OutputData, layers: list[CauseLayer],
         # The legend first: whether the table names the map depends on all its values
         # (the map's, so that every page of a cohort names a value alike).
         legend = mosaic.label_legend(np.unique(np.concatenate(
-            [np.unique(t) for ts in tiles.values() for t in ts])), _values_of(output.label))
+            [np.unique(t) for ts in tiles.values() for t in ts])), label_counts(output.label))
         colours = {entry["value"]: entry["colour"] for entry in legend}
         for plane in PLANES:
             for tile, label in zip(label_rgb[plane], tiles[plane]):
@@ -470,11 +471,3 @@ def template_from_records(records: Iterable[Mapping[str, Any]]) -> TemplateBrain
                              load_template(template).affine, str(template))
     return None
 
-
-def _values_of(label: np.ndarray) -> np.ndarray:
-    """The distinct values of a label map (a count per value where they allow it: a
-    tenth of the time of a sort)."""
-    label = np.asarray(label)
-    if label.dtype.kind in "iu" and label.size and 0 <= label.min() and label.max() < 2 ** 20:
-        return np.flatnonzero(np.bincount(label.ravel()))
-    return np.unique(label)

@@ -28,3 +28,17 @@ def test_the_text_ends_with_a_summary_by_code_before_the_verdict():
 def test_a_clean_report_has_no_summary():
     text = render_report(CheckReport(cache="/c", entries=3))
     assert "findings by code" not in text and text.splitlines()[-1].startswith("OK")
+
+
+def test_a_cohort_too_small_for_the_volume_check_is_said_to_be():
+    table = {"source": "dkt", "processing": "aparc", "cortex": "fuse", "unknown": "error",
+             "absent_classes": "error", "classes": {"axial": 79, "coronal": 79,
+                                                    "sagittal": 51},
+             "label_maps": 3, "without_label_map": 0, "seconds": 1.0,
+             "volumes": {"maps": 3, "judged": False, "min_maps": 6}}
+    text = render_report(CheckReport(cache="/c", entries=3, label_table=table))
+    assert "structure volumes and missing structures not judged: 3 label map(s), at " \
+           "least 6 needed" in text
+    table["volumes"] = {"maps": 8, "judged": True, "min_maps": 6}
+    assert "not judged" not in render_report(CheckReport(cache="/c", entries=8,
+                                                         label_table=table))
