@@ -97,7 +97,8 @@ class CheckRecord:
     (``dtype``, ``label_table`` with its ``source`` and ``sha256``, ...) and
     ``flags_again`` the command-line options that check the cache the same way (``--lut
     dkt``: :meth:`again`); ``label_names`` names the label values of the cohort from the
-    check's label table.
+    check's label table; ``regions`` names the archive of the spatial label findings'
+    voxels (:mod:`mriprep.cache.check_regions`) and what it holds per entry.
     """
 
     made: str
@@ -108,6 +109,10 @@ class CheckRecord:
     entries: Mapping[str, Mapping[str, Any]]
     findings: tuple[KeptFinding, ...]
     label_names: Mapping[int, str] = field(default_factory=dict)
+    # The flagged regions' archive (mriprep.cache.check_regions): its file and SHA-256,
+    # and per entry, per code, how many voxels were flagged and kept. Empty in a record
+    # written before regions were kept.
+    regions: Mapping[str, Any] = field(default_factory=dict)
     path: Path | None = None
 
     def findings_of(self, key: str) -> list[KeptFinding]:
@@ -136,6 +141,12 @@ class CheckRecord:
                 out[entry.key] = "rebuilt since the check: its files changed"
         return out
 
+    def regions_of(self, key: str) -> dict[str, Mapping[str, Any]]:
+        """Code -> ``{"voxels", "kept", "whole_map"}`` of entry ``key``'s flagged
+        regions as the check kept them (empty: none, or none kept)."""
+        found = (self.regions.get("entries") or {}).get(key)
+        return dict(found) if isinstance(found, Mapping) else {}
+
     def label_voxels(self, key: str) -> dict[int, int] | None:
         """Voxels per label value of entry ``key``'s map as the check counted them."""
         counts = self.entries.get(key, {}).get("label_voxels")
@@ -158,6 +169,7 @@ class CheckRecord:
                 "mriprep": self.version, "ok": self.ok, "options": dict(self.options),
                 "flags_again": self.flags_again,
                 "label_names": {str(v): n for v, n in sorted(self.label_names.items())},
+                "regions": dict(self.regions),
                 "entries": {k: dict(v) for k, v in sorted(self.entries.items())},
                 "findings": [f.to_json() for f in self.findings]}
 
@@ -179,7 +191,17 @@ class CheckRecord:
                    ok=bool(doc.get("ok")), options=dict(doc.get("options") or {}),
                    flags_again=str(doc.get("flags_again", "")), entries=dict(entries),
                    findings=tuple(KeptFinding.from_json(f) for f in doc.get("findings", ())),
-                   label_names={int(v): str(n) for v, n in names.items()}, path=path)
+                   label_names={int(v): str(n) for v, n in names.items()},
+                   regions=_regions(doc.get("regions")), path=path)
+
+
+def _regions(doc: Any) -> dict[str, Any]:
+    """A record's ``regions`` (absent in records written before regions were kept)."""
+    if doc is None:
+        return {}
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("entries", {}), Mapping):
+        raise ValueError("its 'regions' is not a mapping with 'entries'")
+    return dict(doc)
 
 
 def write_check_record(cache_root: str | os.PathLike, record: CheckRecord) -> Path:

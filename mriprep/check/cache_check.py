@@ -199,10 +199,11 @@ def check_cache(
         near_duplicate_method,
         report.near_duplicate_search,
     )
+    regions: dict = {}
     if label_table is None:
         report.findings += check_labels(index, scans, allowed_labels)
     else:
-        found, report.label_table = check_label_table(
+        found, report.label_table, regions = check_label_table(
             cache, index, scans, label_table, absent_classes, workers, label_progress)
         report.findings += found
     report.findings += check_headers(index, {k: s.meta for k, s in scans.items()})
@@ -217,7 +218,7 @@ def check_cache(
     if keep:
         record = check_record(report, index, {k: s.label_counts for k, s in scans.items()},
                               options, label_table)
-        report.record = keep_record(root, record)
+        report.record = keep_record(root, record, regions)
     report.seconds = time.perf_counter() - started
     return report
 

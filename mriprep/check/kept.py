@@ -1,13 +1,16 @@
 """What ``mriprep check`` keeps of a check: its record in the cache
 (:mod:`mriprep.cache.check_record`), built from the report and the entries it judged.
 
-:func:`check_record` builds the record (pure); :func:`keep_record` writes it and says
-where, or why it could not (a read-only cache: the check's verdict stands, and the report
-says that ``--exclude-flagged`` and the QC report's flags have nothing new to read).
+:func:`check_record` builds the record (pure); :func:`keep_record` writes the voxels of
+the spatial label findings (:mod:`mriprep.cache.check_regions`) and then the record that
+names them, and says where, or why it could not (a read-only cache: the check's verdict
+stands, and the report says that ``--exclude-flagged`` and the QC report's flags have
+nothing new to read).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import shlex
 from pathlib import Path
@@ -17,6 +20,8 @@ import mriprep
 from mriprep.cache import IndexEntry
 from mriprep.cache.check_record import (CheckRecord, KeptFinding, entry_state,
                                         write_check_record)
+from mriprep.cache.check_regions import write_regions
+from mriprep.check.label_regions import Region
 from mriprep.check.report import CheckReport
 from mriprep.core.hashing import hash_json
 from mriprep.splits.near_duplicates import NEAR_DUPLICATE_THRESHOLD
@@ -97,13 +102,25 @@ def again_flags(options: Mapping[str, Any]) -> str:
     return " ".join(w if w == "TABLE" else shlex.quote(w) for w in words)
 
 
-def keep_record(root: Path, record: CheckRecord) -> dict[str, Any]:
-    """Write ``record`` into the cache; what the report says of it: ``{"kept": True,
-    "path": ...}``, or ``{"kept": False, "path": ..., "reason": ...}`` when the cache
-    cannot be written (the check's findings stand; only the record is missing)."""
+def keep_record(root: Path, record: CheckRecord,
+                regions: Mapping[str, Mapping[str, Region]] | None = None) -> dict[str, Any]:
+    """Write ``regions`` (key -> code -> :class:`~mriprep.check.label_regions.Region`)
+    and then ``record``, naming them, into the cache; what the report says of it:
+    ``{"kept": True, "path": ...}``, or ``{"kept": False, "path": ..., "reason": ...}``
+    when the cache cannot be written (the check's findings stand; only the record is
+    missing)."""
     from mriprep.cache.check_record import record_path
 
+    regions = regions or {}
     try:
+        # The archive first: the record that names it is the one readers go by.
+        where, sha256 = write_regions(root, {key: {code: r.points for code, r in found.items()
+                                                   if not r.whole_map}
+                                             for key, found in regions.items()})
+        record = dataclasses.replace(record, regions={
+            "file": where.name if where is not None else None, "sha256": sha256,
+            "entries": {key: {code: r.to_json() for code, r in sorted(found.items())}
+                        for key, found in sorted(regions.items())}})
         path = write_check_record(root, record)
     except OSError as exc:
         return {"kept": False, "path": str(record_path(root)),

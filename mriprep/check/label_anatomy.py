@@ -34,7 +34,8 @@ MAX_OUTSIDE_MM3 = 200.0
 # Beyond the brain's labelled mass: past a gap of two voxels of the measure's grid, so
 # that a parcel cut off by a sulcus or a vessel stays with the brain.
 ENVELOPE_MM = 5.0
-_STEP = 2
+# The measures' grid: every STEP-th voxel along each axis, each standing for STEP^3.
+STEP = 2
 _CONNECTIVITY = np.ones((3, 3, 3), dtype=bool)
 
 
@@ -68,35 +69,81 @@ def read_anatomy(image: np.ndarray, labels: np.ndarray,
                  voxel_mm3: float = 1.0) -> AnatomyReading:
     """The labelled volume outside the head (module docstring); ``voxel_mm3`` is the
     volume of one voxel of the full grid."""
-    sub = (slice(None, None, _STEP),) * 3
+    reading, _ = anatomy_and_where(image, labels, voxel_mm3)
+    return reading
+
+
+def anatomy_and_where(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 1.0
+                      ) -> tuple[AnatomyReading, dict[str, np.ndarray]]:
+    """:func:`read_anatomy`, and the voxels it counted outside the head (``"outside"``)
+    and off the brain (``"off_brain"``): indices of the full grid, one row each, on the
+    measure's grid (each stands for the :data:`STEP`^3 voxels from it, as the volumes
+    count it)."""
+    sub = (slice(None, None, STEP),) * 3
     values = np.asarray(image)[sub].astype(np.float32)
     labelled = np.asarray(labels)[sub] > 0
-    scale = voxel_mm3 * _STEP ** 3
+    scale = voxel_mm3 * STEP ** 3
     if not labelled.any():
-        return AnatomyReading(0.0, 0.0, None)
+        return AnatomyReading(0.0, 0.0, None), {}
     # The background's level from the volume's faces, not 0: a z-scored cache's air is
     # negative, and its cortex near 0.
     faces = np.concatenate([np.moveaxis(values, a, 0)[[0, -1]].ravel() for a in range(3)])
     background = float(np.median(faces))
     top = float(np.percentile(values, 99.5))
-    head = ndimage.binary_fill_holes(values > background + HEAD_LEVEL * (top - background))
-    head = ndimage.binary_dilation(head, iterations=TOLERANCE_VOXELS)
-    outside = labelled & ~head
-    off_brain = _off_brain(labelled, _STEP * voxel_mm3 ** (1 / 3))
-    return AnatomyReading(int(outside.sum()) * scale, float(labelled.sum()) * scale,
-                          _largest_at(outside), int(off_brain.sum()) * scale,
-                          _largest_at(off_brain))
+    head = _fill_holes(values > background + HEAD_LEVEL * (top - background))
+    outside = _beyond(labelled & ~head, head, TOLERANCE_VOXELS)
+    off_brain = _off_brain(labelled, STEP * voxel_mm3 ** (1 / 3))
+    reading = AnatomyReading(int(outside.sum()) * scale, float(labelled.sum()) * scale,
+                             _largest_at(outside), int(off_brain.sum()) * scale,
+                             _largest_at(off_brain))
+    return reading, {"outside": np.argwhere(outside) * STEP,
+                     "off_brain": np.argwhere(off_brain) * STEP}
+
+
+def _fill_holes(mask: np.ndarray) -> np.ndarray:
+    """``mask`` with its holes filled, as :func:`scipy.ndimage.binary_fill_holes` fills
+    them (a hole: a part of the complement, face-connected, that touches no face of the
+    array), from one labelling of the complement instead of a propagation."""
+    parts, count = ndimage.label(~mask)
+    reaches_face = np.zeros(count + 1, dtype=bool)
+    for axis in range(mask.ndim):
+        ends = np.moveaxis(parts, axis, 0)
+        reaches_face[ends[0]] = True
+        reaches_face[ends[-1]] = True
+    reaches_face[0] = True  # the mask itself
+    return mask | ~reaches_face[parts]
+
+
+def _beyond(candidates: np.ndarray, region: np.ndarray, voxels: int) -> np.ndarray:
+    """The ``candidates`` farther than ``voxels`` steps through faces from ``region``:
+    those outside ``region`` grown by as many face-connected dilations. Only the box
+    around the candidates is grown (on a clean map there are none)."""
+    if not candidates.any():
+        return candidates
+    found = np.argwhere(candidates)
+    box = tuple(slice(max(0, int(lo) - voxels), int(hi) + voxels + 1)
+                for lo, hi in zip(found.min(axis=0), found.max(axis=0)))
+    grown = ndimage.binary_dilation(region[box], iterations=voxels)
+    out = np.zeros_like(candidates)
+    out[box] = candidates[box] & ~grown
+    return out
 
 
 def _off_brain(labelled: np.ndarray, voxel_mm: float) -> np.ndarray:
-    """Labelled voxels more than :data:`ENVELOPE_MM` from the largest labelled mass."""
-    parts, count = ndimage.label(labelled, structure=_CONNECTIVITY)
+    """Labelled voxels more than :data:`ENVELOPE_MM` from the largest labelled mass,
+    measured inside the labelled voxels' box (the mass is in it, so is everything
+    nearest to it)."""
+    box = ndimage.find_objects(labelled.view(np.uint8))[0]
+    inside = labelled[box]
+    parts, count = ndimage.label(inside, structure=_CONNECTIVITY)
     if count < 2:
         return np.zeros_like(labelled)
     sizes = np.bincount(parts.ravel())
     sizes[0] = 0
     brain = parts == int(np.argmax(sizes))
-    return labelled & (ndimage.distance_transform_edt(~brain) * voxel_mm > ENVELOPE_MM)
+    out = np.zeros_like(labelled)
+    out[box] = inside & (ndimage.distance_transform_edt(~brain) * voxel_mm > ENVELOPE_MM)
+    return out
 
 
 def _largest_at(where: np.ndarray) -> tuple[int, int, int] | None:
@@ -106,4 +153,4 @@ def _largest_at(where: np.ndarray) -> tuple[int, int, int] | None:
     parts, _ = ndimage.label(where)
     sizes = np.bincount(parts.ravel())[1:]
     centre = ndimage.center_of_mass(where, parts, int(np.argmax(sizes)) + 1)
-    return tuple(int(round(c * _STEP)) for c in centre)
+    return tuple(int(round(c * STEP)) for c in centre)

@@ -96,14 +96,33 @@ def separation(image: np.ndarray, codes: np.ndarray) -> float:
     return float((mean[0] - mean[1]) / max(pooled, 1e-6))
 
 
-def read_fit(image: np.ndarray, labels: np.ndarray) -> FitReading | None:
+def read_fit(image: np.ndarray, labels: np.ndarray,
+             labelled: tuple[slice, ...] | None = None) -> FitReading | None:
     """The separation where ``labels`` lie on ``image`` (same grid) and at each move;
-    None when the map has too little white matter or cortex to judge."""
-    image, codes = np.asarray(image), tissue_codes(labels)
+    None when the map has too little white matter or cortex to judge.
+
+    ``labelled``, the box of the map's labelled voxels when the caller knows it, bounds
+    the reads: a sampled voxel that no move brings onto a label adds nothing to either
+    tissue, so the sums are those of the whole grid, in the same order."""
+    image, labels = np.asarray(image), np.asarray(labels)
     margin = max(abs(m) for m in MOVES)
-    inner = tuple(slice(margin, n - margin, _STEP) for n in image.shape)
+    inner = []
+    for axis, n in enumerate(image.shape):
+        start, stop = margin, n - margin
+        if labelled is not None:
+            # The first sampled index that a move can bring onto the box, on the grid of
+            # every third voxel from ``margin``; the last one likewise.
+            low = max(start, labelled[axis].start - margin)
+            start += -(-(low - start) // _STEP) * _STEP
+            stop = min(stop, labelled[axis].stop + margin)
+        inner.append(slice(start, max(start, stop), _STEP))
+    inner = tuple(inner)
+    # The codes of the region the moved reads reach, no more.
+    reach = tuple(slice(s.start - margin, s.stop + margin) for s in inner)
+    codes = tissue_codes(labels[reach])
+    local = tuple(slice(margin, margin + s.stop - s.start, _STEP) for s in inner)
     sampled = image[inner].astype(np.float64)
-    here = separation(sampled, codes[inner])
+    here = separation(sampled, codes[local])
     if not np.isfinite(here):
         return None
     best, best_move = here, (0, 0, 0)
@@ -111,8 +130,8 @@ def read_fit(image: np.ndarray, labels: np.ndarray) -> FitReading | None:
         for move in MOVES:
             # The label that lies ``move`` voxels away is read at each sampled voxel:
             # the map moved by -move.
-            shifted = list(inner)
-            start, stop = inner[axis].start + move, inner[axis].stop + move
+            shifted = list(local)
+            start, stop = local[axis].start + move, local[axis].stop + move
             shifted[axis] = slice(start, stop, _STEP)
             value = separation(sampled, codes[tuple(shifted)])
             if np.isfinite(value) and value > best:

@@ -43,8 +43,10 @@ class SideReading:
     def reversed(self) -> list[str]:
         return [name for name, dx in self.offsets.items() if dx < 0]
 
-    def verdict(self) -> str | None:
-        """None when every pair lies on its side, else what was swapped."""
+    def scope(self) -> str | None:
+        """What the reversed pairs say was swapped: None (nothing), ``"parcels"`` (the
+        hemispheres' parcel numbers), ``"mirrored"`` (the whole map), or ``"pairs"``
+        (a few structures, :attr:`reversed`)."""
         wrong = self.reversed
         if not wrong:
             return None
@@ -53,10 +55,22 @@ class SideReading:
         only_cortex = len(wrong_cortex) == len(wrong)
         if only_cortex and len(cortex) >= 3 and \
                 len(wrong_cortex) >= MIRRORED_SHARE * len(cortex):
-            return (f"{len(wrong_cortex)} of its {len(cortex)} cortical parcel pairs lie on "
+            return "parcels"
+        if len(self.offsets) >= 3 and len(wrong) >= MIRRORED_SHARE * len(self.offsets):
+            return "mirrored"
+        return "pairs"
+
+    def verdict(self) -> str | None:
+        """None when every pair lies on its side, else what was swapped."""
+        wrong, scope = self.reversed, self.scope()
+        if scope is None:
+            return None
+        if scope == "parcels":
+            cortex = [n for n in self.offsets if n.startswith("ctx-")]
+            return (f"{len(wrong)} of its {len(cortex)} cortical parcel pairs lie on "
                     "the wrong side, and no other pair: the hemispheres' parcel numbers "
                     "(1xxx, 2xxx) are swapped")
-        if len(self.offsets) >= 3 and len(wrong) >= MIRRORED_SHARE * len(self.offsets):
+        if scope == "mirrored":
             return (f"{len(wrong)} of its {len(self.offsets)} left/right pairs lie on the "
                     "wrong side: the whole map is mirrored against its image, or its left "
                     "and right values swapped")

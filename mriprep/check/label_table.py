@@ -50,7 +50,10 @@ rules rewrite), does not run (:func:`~mriprep.check.cache_check.check_cache` ref
 Each label map is prepared once (the rules are the costly part; docs/benchmarks.md) and
 its distinct values looked up in the axial and sagittal views (coronal has the axial
 classes; :func:`class_counts`), in reader threads (the rules' NumPy and SciPy work
-releases the GIL). Nothing is written:
+releases the GIL). The checks that look at where labels lie share one pass that finds
+each structure's box (:mod:`mriprep.check.label_boxes`), and each map's spatial findings
+come with their voxels (:mod:`mriprep.check.label_regions`), which the check keeps for
+the QC report. Nothing else is written:
 the derived classes that training keeps (``CACHE/derived``) are neither read nor made.
 
 ``check`` sits below ``training`` (docs/design.md, "Layers"), so the table is handed in
@@ -71,9 +74,12 @@ import numpy as np
 
 from mriprep.cache import Cache, IndexEntry
 from mriprep.check.entries import EntryScan, map_in_threads
-from mriprep.check.label_anatomy import AnatomyReading, read_anatomy
+from mriprep.check.label_anatomy import (STEP as ANATOMY_STEP, AnatomyReading,
+                                          anatomy_and_where)
+from mriprep.check.label_boxes import labelled_box, structure_boxes
 from mriprep.check.label_fit import FitReading, read_fit
 from mriprep.check.label_islands import IslandReading, read_islands
+from mriprep.check.label_regions import Region, map_regions
 from mriprep.check.label_sides import SideReading, read_sides, side_pairs
 from mriprep.check.label_volumes import VolumeJudgement, judge_volumes, listed
 from mriprep.check.report import by_name
@@ -127,6 +133,7 @@ class MapJudgement:
     anatomy: AnatomyReading | None = None  # labels where the image shows no head
     islands: IslandReading | None = None   # structures scattered far from their body
     voxel_mm3: float = 1.0
+    regions: dict[str, Region] = field(default_factory=dict)  # code -> its voxels
 
 
 def table_source(table: ClassTable) -> str:
@@ -160,20 +167,25 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
     except (MriprepError, OSError, ValueError) as exc:
         result.unreadable = f"{type(exc).__name__}: {exc}"
         return result
+    # One pass finds every structure's box: islands work in them, fit in their union.
+    boxes = structure_boxes(labels)
+    pairs: dict[str, tuple[int, int]] = {}
     if entry.affine is not None:
         present = [v for v, c in label_counts.items() if c > 0]
-        result.sides = read_sides(labels, entry.affine,
-                                  side_pairs(table.lut.ids, table.lut.names, present))
+        pairs = side_pairs(table.lut.ids, table.lut.names, present)
+        result.sides = read_sides(labels, entry.affine, pairs)
     result.islands = read_islands(
         labels, entry.spacing if entry.spacing is not None else (1.0, 1.0, 1.0),
-        dict(zip(map(int, table.lut.ids), table.lut.names)))
+        dict(zip(map(int, table.lut.ids), table.lut.names)), boxes=boxes)
     try:
         image = cache.load_tensor(entry.key, "image")
     except (MriprepError, OSError, ValueError):
         image = None  # the tensor pass reports an unreadable image
+    anatomy_where: dict[str, np.ndarray] = {}
     if image is not None and np.shape(image) == labels.shape:
-        result.fit = read_fit(image, labels)
-        result.anatomy = read_anatomy(image, labels, result.voxel_mm3)
+        result.fit = read_fit(image, labels, labelled_box(boxes))
+        result.anatomy, anatomy_where = anatomy_and_where(image, labels, result.voxel_mm3)
+    result.regions = _regions(labels, result, pairs, anatomy_where)
     try:
         prepared = table.prepare(labels)
     except InputError as exc:  # cortex without parcels (negative values are above)
@@ -186,6 +198,24 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
     result.unknown_voxels = int(sum(voxels["count"][values]))
     result.unknown = {int(v): int(voxels["count"][v]) for v in values[:UNKNOWN_SHOWN]}
     return result
+
+
+def _regions(labels: np.ndarray, judged: MapJudgement, pairs: dict[str, tuple[int, int]],
+             anatomy_where: dict[str, np.ndarray]) -> dict[str, Region]:
+    """The voxels of the map's spatial findings (:mod:`mriprep.check.label_regions`),
+    for the findings :func:`_map_findings` makes of ``judged``."""
+    sides = judged.sides
+    scope = sides.scope() if sides is not None else None
+    swapped = tuple(v for name in sides.reversed for v in pairs[name]) \
+        if scope == "pairs" else None
+    off = judged.anatomy is not None and judged.anatomy.verdict() is not None
+    islands = judged.islands
+    return map_regions(
+        labels, anatomy=anatomy_where if off else None, anatomy_step=ANATOMY_STEP,
+        islands={v: islands.where[v] for v, _ in islands.flagged()}
+        if islands is not None else None,
+        swapped=swapped, mirrored=scope in ("mirrored", "parcels"),
+        misfit=judged.fit is not None and judged.fit.verdict() is not None)
 
 
 def class_counts(table: ClassTable, prepared: Any) -> tuple[dict[str, np.ndarray], dict]:
@@ -216,7 +246,7 @@ def check_label_table(
     absent_classes: str = "error",
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[Finding], dict[str, Any]]:
+) -> tuple[list[Finding], dict[str, Any], dict[str, dict[str, Region]]]:
     """Judge every label map of the cache with ``table`` (module docstring).
 
     Parameters
@@ -239,8 +269,10 @@ def check_label_table(
 
     Returns
     -------
-    findings, summary
-        The findings, and what the report records of the table and its judgement (JSON).
+    findings, summary, regions
+        The findings, what the report records of the table and its judgement (JSON),
+        and the voxels of each map's spatial findings (key -> code ->
+        :class:`~mriprep.check.label_regions.Region`; maps without any left out).
     """
     if absent_classes not in ABSENT_CLASSES:
         raise ValueError(f"absent_classes={absent_classes!r}; choose one of {ABSENT_CLASSES}")
@@ -277,7 +309,8 @@ def check_label_table(
                    for split, found in sorted(absent.items())},
         "seconds": round(time.perf_counter() - started, 4),
     }
-    return findings, summary
+    regions = {key: judged[key].regions for key in labelled if judged[key].regions}
+    return findings, summary, regions
 
 
 def _judge_all(cache, index, scans, table, keys, workers, progress) -> dict[str, MapJudgement]:

@@ -24,7 +24,7 @@ from mriprep.core.atomic import atomic_path, write_text
 from mriprep.core.errors import CacheError
 from mriprep.qc import mosaic
 from mriprep.qc.causes import cause_table
-from mriprep.qc.check_flags import cohort_check, subject_context
+from mriprep.qc.check_flags import cohort_check, draw_flags, subject_context
 from mriprep.qc.gather import ReportData, ReportSubject, gather
 from mriprep.qc.outliers import OUTLIER_Z
 from mriprep.qc.store import qc_root
@@ -91,6 +91,8 @@ def write_report(cache_root: str | os.PathLike, out_dir: str | os.PathLike | Non
     plot = _cohort_plot(data, out, columns)
     # The structures and the last check's findings (the end of a run reads no map).
     check = cohort_check(data.cache, read_maps=make_missing)
+    # The flagged regions on the label map, for the entries a fresh record flags.
+    draw_flags(data.cache, check, out)
     pages = set()
     for i, subject in enumerate(data.subjects):
         neighbours = dict(previous=data.subjects[i - 1] if i > 0 else None,

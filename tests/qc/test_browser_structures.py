@@ -68,3 +68,28 @@ def test_flags_on_the_index_and_the_structure_table_on_the_page(browser, report)
     assert volumes == sorted(volumes, reverse=True)
     assert first.find_elements("tag name", "td")[1].text == "Left-Cerebral-White-Matter"
     assert _errors(browser) == []
+
+
+def test_the_flagged_regions_picture_shows_for_a_planted_defect_not_a_clean_entry(
+        browser, report):
+    browser.get(report.resolve().as_uri())
+    browser.find_element("css selector", "#subjects tr[data-subject='sub-01'] a").click()
+    assert _errors(browser) == []
+    figure = browser.find_element("id", "picture-label-flags")
+    browser.execute_script("arguments[0].scrollIntoView();", figure)
+    picture = figure.find_element("tag name", "img")
+    assert picture.is_displayed()
+    # loaded, not a broken link: the browser decoded the JPEG the report wrote
+    assert browser.execute_script(
+        "return arguments[0].complete && arguments[0].naturalWidth", picture) > 100
+    (entry,) = figure.find_elements("css selector", ".legend [data-code]")
+    assert entry.get_attribute("data-code") == "label-side-swap"
+    assert int(entry.get_attribute("data-voxels")) > 0 and "voxels flagged" in entry.text
+    swatch = entry.find_element("class name", "swatch")
+    assert swatch.value_of_css_property("background-color") == "rgba(0, 255, 255, 1)"
+
+    browser.get(report.resolve().as_uri())
+    browser.find_element("css selector", "#subjects tr[data-subject='sub-00'] a").click()
+    assert _errors(browser) == []
+    assert browser.find_elements("id", "picture-label-flags") == []
+    assert browser.find_elements("css selector", ".flag-note") == []

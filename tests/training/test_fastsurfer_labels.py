@@ -172,6 +172,52 @@ def test_fill_of_unknown_parcels_equals_the_whole_volume_blur(person, seed):
     np.testing.assert_array_equal(ours, whole)
 
 
+@pytest.mark.parametrize("offset", [(0, 0, 0), (7, 30, 3)])
+def test_the_rules_in_the_labelled_box_equal_the_referee_on_a_larger_grid(person, offset):
+    """prepare_labels runs in the labelled box and the fill's reach; on a map placed in a
+    larger grid, off the fill's 16-voxel blocks, it equals the referee, which blurs the
+    whole volume."""
+    from mriprep.demo.fastsurfer_referee import _fill
+
+    labels = _planted_unknown(person, 3)
+    grid = np.zeros(tuple(n + 60 for n in labels.shape), dtype=np.int32)
+    place = tuple(slice(o + 25, o + 25 + n) for o, n in zip(offset, labels.shape))
+    grid[place] = labels
+    ours = prepare_labels(grid, "aparc", "split").labels
+    whole = grid.copy()
+    for value in (3, 42):
+        whole[whole == value] = 0
+    for unknown in (1000, 2000):
+        whole = _fill(whole, unknown, unknown + 1000)
+    np.testing.assert_array_equal(ours, whole)
+    assert not ours[tuple(slice(0, o + 25) for o in offset)].any()
+
+
+def test_the_rules_in_the_labelled_box_equal_the_referee_where_labels_touch_the_grid(
+        person):
+    """The labelled box clipped by the grid on every face (the map cut through its
+    labelled mass), and unknown cortex beyond the blur's reach of every parcel (it takes
+    the lowest touching parcel, FastSurfer's argmax): still the referee's whole-volume
+    rules, voxel for voxel."""
+    from mriprep.demo.fastsurfer_referee import aparc_processing
+
+    planted = _planted_unknown(person, 5)
+    found = np.argwhere(planted > 0)
+    lo, hi = found.min(axis=0), found.max(axis=0)
+    cut = planted[tuple(slice(int(a) + 4, int(b) - 3) for a, b in zip(lo, hi))].copy()
+    for axis in range(3):  # labels on both faces of every axis
+        assert np.moveaxis(cut, axis, 0)[0].any() and np.moveaxis(cut, axis, 0)[-1].any()
+    np.testing.assert_array_equal(prepare_labels(cut).labels, aparc_processing(cut.copy()))
+    # a strip of unknown cortex reaching 30 voxels from its parcel, in a padded grid
+    grid = np.zeros((90, 40, 40), dtype=np.int32)
+    grid[5:10, 10:30, 10:30] = 1005
+    grid[10:40, 18:22, 18:22] = 1000
+    grid[60:70, 10:30, 10:30] = 2   # white matter far off: the box spans both
+    prepared = prepare_labels(grid)
+    np.testing.assert_array_equal(prepared.labels, aparc_processing(grid.copy()))
+    assert any("beyond the fill's reach" in rule for rule in prepared.moved)
+
+
 def test_fuse_keeps_fastsurfers_side_rule_and_counts_it(person):
     from mriprep.demo.fastsurfer_referee import aparc_processing
 

@@ -1,0 +1,108 @@
+"""The label checks' shortcuts give what the whole-grid computations give: the boxes from
+one pass, the fit's reads bounded by the labelled box, the holes filled by one
+labelling, the head grown around its candidates only, and the specks measured one by
+one or through one tree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from mriprep.check import label_islands
+from mriprep.check.label_anatomy import _beyond, _fill_holes
+from mriprep.check.label_boxes import labelled_box, structure_boxes
+from mriprep.check.label_fit import read_fit
+
+
+def _blobs(seed: int, shape=(40, 44, 36)) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    labels = np.zeros(shape, dtype=np.int16)
+    for value in (2, 3, 41, 42, 17, 1005):
+        centre = rng.integers(10, 26, size=3)
+        size = rng.integers(3, 8, size=3)
+        labels[tuple(slice(c, c + s) for c, s in zip(centre, size))] = value
+    return labels
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_structure_boxes_are_find_objects_and_the_union_is_the_labelled_box(seed):
+    labels = _blobs(seed)
+    labels[0, 0, 0] = -3  # negative: background to find_objects, and to the boxes
+    assert structure_boxes(labels) == ndimage.find_objects(labels)
+    found = np.argwhere(labels > 0)
+    assert labelled_box(structure_boxes(labels)) == tuple(
+        slice(int(lo), int(hi) + 1) for lo, hi in zip(found.min(0), found.max(0)))
+    assert structure_boxes(np.zeros((4, 4, 4), np.int16)) == []
+    assert labelled_box([]) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_fit_bounded_by_the_labelled_box_is_the_fit_of_the_whole_grid(seed):
+    rng = np.random.default_rng(seed)
+    shape = (60, 64, 58)
+    labels = np.zeros(shape, dtype=np.int16)
+    labels[14:45, 12:50, 10 + seed:44] = 2          # white matter
+    labels[20:36, 20:40, 18:36] = 3                 # cortex inside it
+    labels[16:20, 14:48, 12:40] = 1010              # a parcel
+    image = rng.normal(0, 1, shape) + 4.0 * (labels == 2) + 2.0 * (labels == 3)
+    for moved in (labels, np.roll(labels, 1 + seed, axis=seed)):
+        whole = read_fit(image, moved)
+        bounded = read_fit(image, moved, labelled_box(structure_boxes(moved)))
+        assert whole is not None and bounded == whole  # the same sums, bit for bit
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_holes_are_filled_as_scipy_fills_them(seed):
+    rng = np.random.default_rng(seed)
+    mask = ndimage.binary_opening(rng.random((30, 34, 28)) > 0.35)
+    mask[5:25, 5:25, 5:20] |= True
+    mask[10:14, 10:14, 8:12] = False  # a hole
+    assert np.array_equal(_fill_holes(mask), ndimage.binary_fill_holes(mask))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_candidates_beyond_the_grown_region_are_those_of_a_whole_grid_dilation(seed):
+    rng = np.random.default_rng(seed)
+    region = np.zeros((30, 30, 30), dtype=bool)
+    region[8:22, 8:22, 8:22] = True
+    candidates = (rng.random(region.shape) > 0.97) & ~region
+    expected = candidates & ~ndimage.binary_dilation(region, iterations=2)
+    assert np.array_equal(_beyond(candidates, region, 2), expected)
+    none = np.zeros_like(region)
+    assert not _beyond(none, region, 2).any()
+
+
+def test_specks_measured_one_by_one_or_through_one_tree_agree(monkeypatch):
+    labels = np.zeros((70, 70, 70), dtype=np.int16)
+    labels[25:45, 25:45, 25:45] = 17
+    rng = np.random.default_rng(4)
+    for i, j, k in rng.integers(1, 68, size=(60, 3)):
+        labels[i, j, k] = 17  # specks near the body and far from it
+    one_by_one = label_islands.read_islands(labels)
+    monkeypatch.setattr(label_islands, "_FEW_SPECKS", 0)
+    by_tree = label_islands.read_islands(labels)
+    assert one_by_one.scattered == by_tree.scattered
+    assert 0 < one_by_one.scattered[17] < 1
+    # a speck exactly FAR_MM from the body is far, as the k-d tree counts it
+    edge = np.zeros((40, 40, 40), dtype=np.int16)
+    edge[5:20, 5:20, 5:20] = 17
+    edge[19 + int(label_islands.FAR_MM), 10, 10] = 17
+    edge[19 + int(label_islands.FAR_MM) - 1, 30, 30] = 17  # farther than 10 mm too
+    monkeypatch.setattr(label_islands, "_FEW_SPECKS", 256)
+    few = label_islands.read_islands(edge, names={17: "x"})
+    monkeypatch.setattr(label_islands, "_FEW_SPECKS", 0)
+    tree = label_islands.read_islands(edge, names={17: "x"})
+    assert few.scattered == tree.scattered
+    assert few.scattered[17] * int((edge == 17).sum()) == pytest.approx(2)
+
+
+def test_pieces_are_numbered_in_16_bits_while_they_fit_and_in_32_beyond():
+    few = np.zeros((20, 20, 20), dtype=bool)
+    few[::2, ::2, ::2] = True
+    pieces, count = label_islands._pieces(few)
+    assert pieces.dtype == np.uint16 and count == 1000
+    many = np.zeros((84, 84, 84), dtype=bool)
+    many[::2, ::2, ::2] = True  # 74,088 pieces
+    pieces, count = label_islands._pieces(many)
+    assert count == 42 ** 3 and pieces.max() == count and pieces.dtype.itemsize >= 4
