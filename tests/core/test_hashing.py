@@ -109,4 +109,4 @@ def test_the_default_pipeline_hashes_to_the_one_the_identity_reference_records()
     recorded = np.load(REFERENCE_PATH)["pipeline"]
     assert recorded[0] == "t1w_mni_rigid"
     assert load_pipeline("t1w_mni_rigid").hash == recorded[1] == \
-        "5c22e7f8b21f5e16c7f1e4b45332a0a7e75dad0c64fff39ab342bf01cc9df5bf"
+        "42489c768414e5e47f765d74933759e98f0d65c2943a106f69fa1513c4c0eb37"

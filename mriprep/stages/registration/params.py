@@ -65,9 +65,10 @@ class RegisterParams:
     fine_sampling_fraction : float
         The same share on the finest level, for the fit's last pass (0, 1]. A tenth
         over-determines 12 parameters, but each sample's noise and interpolation error
-        moves the optimum: on the tuning set, 0.3 instead of 0.1 took consistency from
-        0.093 to 0.073 mm mean (max 0.64 to 0.53) for about a third more time
-        (docs/benchmarks.md, "Registration").
+        moves the optimum, and a small or smooth head (ROBEX's) gives the fit fewer
+        edges to hold on to: the default draws as many points as the interior has
+        voxels. Accuracy over time (issue 43): it costs the registration most of its
+        time again; what each value measured is in docs/benchmarks.md, "Registration".
     histogram_bins : int
         Joint-histogram bins of Mattes mutual information.
     max_iterations : int
@@ -116,7 +117,7 @@ class RegisterParams:
     seed: int = 1
     level_spacings_mm: tuple[float, float, float] = (4.0, 2.0, 2.0)
     sampling_fraction: float = 0.25
-    fine_sampling_fraction: float = 0.3
+    fine_sampling_fraction: float = 1.0
     histogram_bins: int = 32
     max_iterations: int = 200
     bias_sigma_mm: float = 20.0
