@@ -4,6 +4,13 @@ demo cohort.
 Each section measures side by side (mriprep against its anchor in the same run), because
 these machines are shared and noisy: compare the ratios, not the absolute seconds. Nothing
 here asserts a time. Sections can be chosen: ``python benchmarks/run_all.py slices loader``.
+
+Each section runs in a fresh Python process (this script again, with ``--in-process`` and
+the one section), so that nothing a section sets holds for the next: the runner section's
+``torch.set_num_threads(1)``, the thread counts and environment a bench gives itself, the
+modules it imported. The parent builds the demo cohort once and hands every section the
+same work folder. A section that fails is reported with its exit status and the rest still
+run; the run's exit status is non-zero if any section failed.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,34 +96,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", help="keep the demo cohort and caches here, e.g. to "
                         "inspect a failed run (default: a temporary folder, deleted at the "
                         "end, whatever happened)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the chosen sections in this process, one after another "
+                        "(how each section's own process is started; the default starts a "
+                        "fresh process per section)")
     args = parser.parse_args(argv)
     chosen = args.sections or list(SECTIONS)
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}")
+    if args.in_process and not args.work_dir:
+        parser.error("--in-process needs --work-dir (the folder the parent run shares)")
 
     if args.work_dir:
-        return _run(chosen, Path(args.work_dir), keep=True)
+        return _run(chosen, Path(args.work_dir), keep=not args.in_process,
+                    in_process=args.in_process)
     # Without --work-dir everything goes: one run writes about 6 GB of caches.
     with tempfile.TemporaryDirectory(prefix="mriprep-bench-") as scratch:
-        return _run(chosen, Path(scratch), keep=False)
+        return _run(chosen, Path(scratch), keep=False, in_process=False)
 
 
-def _run(chosen: list[str], work: Path, keep: bool) -> int:
+def section_command(name: str, work: Path) -> list[str]:
+    """The command that runs section ``name`` alone in a fresh interpreter, on ``work``."""
+    return [sys.executable, str(Path(__file__).resolve()), name, "--work-dir", str(work),
+            "--in-process"]
+
+
+def run_sections(chosen: list[str], command) -> dict[str, int]:
+    """Run each of ``chosen`` as its own process, ``command(name)``, one after another.
+
+    Returns every section's exit status; a failed section does not stop the ones after it.
+    """
+    statuses = {}
+    for name in chosen:
+        print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
+        start = time.perf_counter()
+        statuses[name] = subprocess.run(command(name)).returncode
+        failed = f", FAILED with exit status {statuses[name]}" if statuses[name] else ""
+        print(f"({name}: {time.perf_counter() - start:.0f} s{failed})", flush=True)
+    return statuses
+
+
+def _run(chosen: list[str], work: Path, keep: bool, in_process: bool) -> int:
     cohort = work / "cohort"
     if not (cohort / "ground_truth.json").exists():
         print(f"building the demo cohort in {cohort} ...", flush=True)
         build_demo_cohort(cohort, seed=0)
-    sections = _sections(cohort, work)
-    status = 0
-    for name in chosen:
-        print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
-        start = time.perf_counter()
-        status |= int(sections[name]() or 0)
-        print(f"({name}: {time.perf_counter() - start:.0f} s)", flush=True)
+    if in_process:
+        sections = _sections(cohort, work)
+        return max((int(sections[name]() or 0) for name in chosen), default=0)
+    statuses = run_sections(chosen, lambda name: section_command(name, work))
+    failed = {name: code for name, code in statuses.items() if code}
+    if failed:
+        print("\nfailed sections (exit status): "
+              + ", ".join(f"{name} ({code})" for name, code in failed.items()))
     if keep:
         print(f"\nbench work folder (kept): {work}")
-    return status
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

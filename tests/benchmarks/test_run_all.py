@@ -1,0 +1,68 @@
+"""`make bench`'s driver: every section in its own process, failures reported, the rest run.
+
+The sections here are one-line Python commands standing in for the benchmarks (each takes
+minutes); what is tested is how ``benchmarks/run_all.py`` starts and accounts for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+from benchmarks import run_all
+
+
+def _writes_pid(tmp_path, code: int = 0):
+    """A section command: a fresh interpreter that records its pid and thread count, then
+    exits with ``code``."""
+    def command(name):
+        script = ("import json, os, sys, torch; "
+                  f"json.dump([os.getpid(), torch.get_num_threads()], "
+                  f"open({str(tmp_path / name)!r}, 'w')); "
+                  "torch.set_num_threads(1); "
+                  f"sys.exit({code if name == 'fails' else 0})")
+        return [sys.executable, "-c", script]
+    return command
+
+
+def test_each_section_runs_in_a_fresh_process_whose_settings_do_not_carry_over(tmp_path):
+    statuses = run_all.run_sections(["first", "second"], _writes_pid(tmp_path))
+    first = json.loads((tmp_path / "first").read_text())
+    second = json.loads((tmp_path / "second").read_text())
+    assert statuses == {"first": 0, "second": 0}
+    assert len({first[0], second[0], os.getpid()}) == 3
+    # the first set one thread before it ended; the second starts with torch's default
+    assert second[1] == first[1]
+
+
+def test_a_failed_section_is_reported_and_the_rest_still_run(tmp_path, capsys):
+    statuses = run_all.run_sections(["fails", "after"], _writes_pid(tmp_path, code=3))
+    assert statuses == {"fails": 3, "after": 0}
+    assert (tmp_path / "after").exists()
+    assert re.search(r"\(fails: \d+ s, FAILED with exit status 3\)", capsys.readouterr().out)
+
+
+def test_the_run_fails_if_any_section_failed_and_shares_one_work_folder(tmp_path, monkeypatch,
+                                                                        capsys):
+    (tmp_path / "cohort").mkdir()
+    (tmp_path / "cohort" / "ground_truth.json").write_text("{}")  # built: not rebuilt
+    seen = []
+
+    def command(name, work):
+        seen.append(work)
+        return [sys.executable, "-c", f"raise SystemExit({2 if name == 'guards' else 0})"]
+
+    monkeypatch.setattr(run_all, "section_command", command)
+    assert run_all._run(["guards", "augment"], tmp_path, keep=False, in_process=False) == 1
+    assert seen == [tmp_path, tmp_path]
+    assert "failed sections (exit status): guards (2)" in capsys.readouterr().out
+    assert run_all._run(["augment"], tmp_path, keep=False, in_process=False) == 0
+
+
+def test_a_section_command_reinvokes_this_script_on_one_section_and_the_shared_folder(tmp_path):
+    command = run_all.section_command("guards", tmp_path)
+    assert command[0] == sys.executable
+    assert command[1].endswith("run_all.py")
+    assert command[2:] == ["guards", "--work-dir", str(tmp_path), "--in-process"]
