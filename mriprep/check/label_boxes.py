@@ -15,6 +15,8 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
+from mriprep.core.boxes import nonzero_box
+
 Box = tuple[slice, ...]
 
 
@@ -33,14 +35,9 @@ def structure_boxes(labels: np.ndarray) -> list[Box | None]:
         return ndimage.find_objects(values)  # values <= 0 are background to it
     # Non-zero values bound the box: a negative one only widens it (find_objects leaves
     # it out), and the comparison a "> 0" would cost is saved.
-    plane = values.any(axis=0)
-    rows, cols = np.flatnonzero(plane.any(axis=1)), np.flatnonzero(plane.any(axis=0))
-    if rows.size == 0:
+    box = nonzero_box(values)
+    if box is None:
         return []
-    inner = (slice(None), slice(int(rows[0]), int(rows[-1]) + 1),
-             slice(int(cols[0]), int(cols[-1]) + 1))
-    depth = np.flatnonzero(values[inner].any(axis=(1, 2)))
-    box = (slice(int(depth[0]), int(depth[-1]) + 1),) + inner[1:]
     offset = [s.start for s in box]
     return [None if found is None else
             tuple(slice(s.start + o, s.stop + o) for s, o in zip(found, offset))

@@ -46,6 +46,7 @@ import numpy as np
 from scipy import ndimage as ndi
 from scipy.cluster.vq import ClusterError, kmeans2
 
+from mriprep.core.boxes import nonzero_box
 from mriprep.stages.intensity import percentiles, robust_threshold
 
 NAN = float("nan")
@@ -80,17 +81,6 @@ class TissueMasks:
     gm: np.ndarray
     wm: np.ndarray
     source: str
-
-
-def _box(mask: np.ndarray, margin: int = 0):
-    """Slices of the smallest box around ``mask``'s voxels, grown by ``margin``; None if empty."""
-    box = []
-    for axis, size in enumerate(mask.shape):
-        hit = np.flatnonzero(mask.any(axis=tuple({0, 1, 2} - {axis})))
-        if hit.size == 0:
-            return None
-        box.append(slice(max(int(hit[0]) - margin, 0), min(int(hit[-1]) + 1 + margin, size)))
-    return tuple(box)
 
 
 def _blocks(mask: np.ndarray) -> np.ndarray:
@@ -145,7 +135,7 @@ def _head_blocks(data, usable, margin=1):
     # cut a head in two, and the part beyond the cut is head, not air.
     parts = np.flatnonzero(sizes >= _HEAD_PART_FRACTION * sizes.max()) + 1
     largest = np.isin(labels, parts)
-    box = _box(largest, margin)
+    box = nonzero_box(largest, margin)
     coarse = _fill_slice_holes(largest[box])
     # Deep blocks are head whole (dark voxels there are holes); edge blocks keep only
     # their bright voxels, so that the outline keeps voxel resolution.
@@ -204,7 +194,7 @@ def tissue_masks(data, valid, brain=None, source="label map", seed=0, *,
 def _classes(data, brain, seed):
     """CSF, GM and WM: the brain's voxels nearest each of three k-means centroids."""
     classes = [np.zeros(brain.shape, dtype=bool) for _ in range(3)]
-    box = _box(brain)
+    box = nonzero_box(brain)
     if box is None:
         return classes
     region, inside = data[box], brain[box]

@@ -54,6 +54,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import ndimage
 
+from mriprep.core.boxes import nonzero_box
+
 PROCESSING = ("aparc", "aseg", "none")
 CORTEX = ("fuse", "fuse_after_fill", "split")
 
@@ -191,19 +193,9 @@ def _callosum_to_white_matter(labels: np.ndarray) -> int:
 
 def _labelled_reach(labels: np.ndarray) -> tuple[slice, ...]:
     """The box of the non-zero voxels grown by the fill's Gaussian radius and one voxel
-    (clipped at the edges), from the map's projections; the whole map when it is empty
-    or not 3-D."""
-    if labels.ndim != 3:
-        return (slice(None),) * labels.ndim
-    plane = labels.any(axis=0)
-    rows, cols = np.flatnonzero(plane.any(axis=1)), np.flatnonzero(plane.any(axis=0))
-    if rows.size == 0:
-        return (slice(None),) * 3
-    depth = np.flatnonzero(labels[:, rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
-                           .any(axis=(1, 2)))
-    margin = _RADIUS + 1
-    return tuple(slice(max(0, int(found[0]) - margin), int(found[-1]) + 1 + margin)
-                 for found in (depth, rows, cols))
+    (clipped at the edges); the whole map when it is empty or not 3-D."""
+    box = nonzero_box(labels, _RADIUS + 1) if labels.ndim == 3 else None
+    return box if box is not None else (slice(None),) * labels.ndim
 
 
 def prepare_labels(labels: np.ndarray, processing: str = "aparc", cortex: str = "fuse",
