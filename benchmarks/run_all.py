@@ -40,9 +40,9 @@ def _bench(name: str):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-SECTIONS = ("registration", "plausibility", "slices", "conform", "runner", "report",
-            "loader", "storage", "guards", "augment", "training", "check", "identity", "scale",
-            "fastsurfer", "labels")
+SECTIONS = ("registration", "plausibility", "resolution", "slices", "conform", "runner",
+            "report", "loader", "storage", "guards", "augment", "training", "check",
+            "identity", "scale", "fastsurfer", "labels")
 
 
 def _sections(cohort: Path, work: Path) -> dict:
@@ -50,6 +50,7 @@ def _sections(cohort: Path, work: Path) -> dict:
     return {
         "registration": lambda: _bench("bench_registration").main([]),
         "plausibility": lambda: _bench("bench_plausibility").main([]),
+        "resolution": lambda: _bench("bench_resolution").main([]),
         "slices": lambda: _bench("bench_slices").main([str(cohort)]),
         "conform": lambda: _bench("bench_conform").main([str(cohort)]),
         "runner": lambda: _bench("bench_runner").main(["--work-dir", str(work / "runner")]),

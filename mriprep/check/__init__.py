@@ -10,6 +10,7 @@ One job per module; :func:`check_cache` runs them in order:
 * :mod:`~mriprep.check.labels`: label values against the allowed set;
 * :mod:`~mriprep.check.quality`: the QC report's outlier flags, as warnings;
 * :mod:`~mriprep.check.headers`: inputs whose qform and sform disagree, as warnings;
+* :mod:`~mriprep.check.resolution`: inputs written finer than acquired, as warnings;
 * :mod:`~mriprep.check.manifest`: the cache against the manifest and the run report;
 * :mod:`~mriprep.check.report`: the report model and how messages name entries;
 * :mod:`~mriprep.check.render`: the report as a table for people;

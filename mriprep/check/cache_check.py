@@ -34,6 +34,9 @@ Header conflicts (:mod:`mriprep.check.headers`, from each entry's load record)
     ``header-conflict`` (warning: the input's qform and sform place the field of view more
     than :data:`~mriprep.inputs.headers.FORM_CONFLICT_LIMIT_MM` apart and no ``header:``
     chose between them).
+Falsely fine inputs (:mod:`mriprep.check.resolution`, from each entry's plausibility record)
+    ``resolution-falsely-fine`` (warning: the input's header claims at least 1.5x finer
+    voxels than its data hold along an axis).
 Manifest checks (with ``manifest=``; :mod:`mriprep.check.manifest`)
     ``manifest-missing``, ``manifest-failed``, ``manifest-split-mismatch``,
     ``manifest-excluded`` (warning), ``not-in-manifest`` (warning).
@@ -81,6 +84,7 @@ from mriprep.check.labels import check_labels
 from mriprep.check.quality import check_quality
 from mriprep.check.manifest import check_against_manifest, manifest_name, manifest_rows
 from mriprep.check.report import CheckReport, by_name, count_splits
+from mriprep.check.resolution import check_resolution
 from mriprep.core.errors import CacheError
 from mriprep.core.findings import Finding
 from mriprep.core.limits import cast_limits
@@ -207,6 +211,7 @@ def check_cache(
             cache, index, scans, label_table, absent_classes, workers, label_progress)
         report.findings += found
     report.findings += check_headers(index, {k: s.meta for k, s in scans.items()})
+    report.findings += check_resolution(index, {k: s.meta for k, s in scans.items()})
     if index:
         report.findings += check_quality(root, index)
     report.splits = count_splits(index, scans)

@@ -264,7 +264,7 @@ _REGISTRY = (
                                    "alike, so identity findings may name different people",
         "compare the named scans by eye; the images may be of another contrast, scanner "
         "or population than the reference"),
-    # -- quality and headers (mriprep.check.quality, mriprep.check.headers) -------------
+    # -- quality, headers, resolution (mriprep.check.quality, .headers, .resolution) ---
     FindingCode(
         "qc-outlier", W, "an entry's QC metric is far from its cohort's (robust z)",
         "look at the entry in the QC report (`mriprep report CACHE`)"),
@@ -277,6 +277,12 @@ _REGISTRY = (
                               "no `header:` chose between them",
         "set `header: qform` or `header: sform` in the pipeline or the manifest's "
         "`header` column for the scan, and rerun"),
+    FindingCode(
+        "resolution-falsely-fine", W, "an input's header claims at least 1.5x finer voxels "
+                                      "than its data hold along an axis: it was "
+                                      "interpolated onto a finer grid than acquired",
+        "conform the scan to its true resolution (the plausibility step's "
+        "acquired_resolution_mm), or re-export it at its acquired resolution, and rerun"),
     # -- the cache against its manifest (mriprep.check.manifest) --------------------------
     FindingCode(
         "manifest-missing", E, "manifest rows are not in the cache and no run report lists "

@@ -28,6 +28,12 @@ grid the head covers, needs the output, and lives in the validate stage
     8 mm level) against the human range, and its smallest extent (a slab or a crop is
     thin in one direction).
 
+The stage also measures, per voxel axis, the resolution the data actually carry
+(:func:`mriprep.stages.acquired_resolution.acquired_resolution`): an axis whose header
+claims at least :data:`~mriprep.stages.acquired_resolution.CLAIMED_FINER_RATIO` times
+finer voxels than its data hold (a scan interpolated onto a finer grid than it was
+acquired on) is a warning, never a refusal: the scan is usable, at its true resolution.
+
 Each limit sits in the gap between good scans and failures of the calibration set, with
 the good side's margin the larger (a new scanner's good scan is likelier than a new
 failure to fall just outside), except shear's (about a voxel at the head's edge). The
@@ -48,8 +54,9 @@ from scipy import ndimage
 from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.core.volume import Volume
 from mriprep.stages import StageOutput, stage
+from mriprep.stages.acquired_resolution import CLAIMED_FINER_RATIO, acquired_resolution
 from mriprep.stages.intensity import all_finite
-from mriprep.stages.qc_declaration import REFUSAL_CAUSES, StageQC
+from mriprep.stages.qc_declaration import REFUSAL_CAUSES, QCMetric, StageQC
 from mriprep.stages.registration.checks import HUMAN_HEAD_LENGTH_MM, head_length_reason, head_shape
 from mriprep.stages.registration.pyramid import HEAD_FRACTION, build_levels
 
@@ -186,8 +193,14 @@ def measure(volume: Volume) -> dict:
     """Every measure of this stage on ``volume`` (finite data)."""
     shape_level, structure_level = _levels(volume)
     shape = head_shape(shape_level)
+    sides = voxel_sizes(volume.affine)
+    resolution = acquired_resolution(volume.data, tuple(sides), volume.valid)
     return {
-        "voxel_size_mm": [round(float(s), 4) for s in voxel_sizes(volume.affine)],
+        "voxel_size_mm": [round(float(s), 4) for s in sides],
+        "acquired_resolution_mm": list(resolution.sizes_mm),
+        "acquired_resolution_ratio": max(resolution.ratios),
+        "falsely_fine_axes": list(resolution.falsely_fine_axes()),
+        "acquired_resolution_marks": list(resolution.marks),
         "shear_deg": shear_deg(volume.affine),
         **structure_measures(structure_level),
         "head_length_mm": None if shape is None else round(shape.length_mm, 1),
@@ -239,9 +252,45 @@ def broken_checks(measures: dict, params: PlausibilityParams) -> dict[str, str]:
     return broken
 
 
+def falsely_fine_warning(measures: dict) -> str | None:
+    """The warning for the axes whose header claims at least
+    :data:`~mriprep.stages.acquired_resolution.CLAIMED_FINER_RATIO` times finer voxels
+    than the data hold, naming each with its claimed and measured size and the fix; None
+    when there are none."""
+    axes = measures.get("falsely_fine_axes") or []
+    if not axes:
+        return None
+    claimed, acquired = measures["voxel_size_mm"], measures["acquired_resolution_mm"]
+    marks = measures.get("acquired_resolution_marks") or [""] * 3
+    how = {"notch": "the zero a linear or cubic interpolator leaves in its spectrum",
+           "cliff": "its spectrum ending as a zero-filled (sinc) reconstruction's does",
+           "empty band": "its spectrum rolling off into an empty band, as an interpolation "
+                         "stored in few levels does"}
+    parts = [f"voxel axis {a} claims {claimed[a]:g} mm but carries about "
+             f"{acquired[a]:.2g} mm ({how.get(marks[a], 'its spectrum')})" for a in axes]
+    true = " x ".join(f"{max(c, q):.2g}" for c, q in zip(claimed, acquired))
+    return (
+        f"acquired_resolution: the scan was written on a grid at least "
+        f"{CLAIMED_FINER_RATIO:g}x finer than it was acquired on: {'; '.join(parts)}. "
+        f"Its voxels are interpolated, not measured: use its true resolution ({true} mm), "
+        "e.g. as the voxel size to conform to, or re-export the scan at its acquired "
+        "resolution")
+
+
 # A refusal names every check that failed (the demo's referee compares them with the
-# causes it planted).
-_QC = StageQC(readings={REFUSAL_CAUSES: lambda m: list(m.get("failed_checks", []))})
+# causes it planted). The QC report shows how much finer the header claims than the data
+# hold: a property of the input, not judged against the cohort (the stage warns from
+# CLAIMED_FINER_RATIO on).
+_QC = StageQC(
+    metrics=(QCMetric(
+        "acquired_resolution_ratio", "claimed finer",
+        "largest ratio over the voxel axes of the resolution the data carry to the one the "
+        f"header claims: 1 when the header is true, {CLAIMED_FINER_RATIO:g} or more when "
+        "the scan was written on a finer grid than it was acquired on (a warning)",
+        key="acquired_resolution_ratio", unit="x", judge="none", column=True, fmt=".2f",
+        bounds=(1.0, None)),),
+    readings={REFUSAL_CAUSES: lambda m: list(m.get("failed_checks", []))},
+)
 
 
 @stage("plausibility", PlausibilityParams, qc=_QC)
@@ -258,7 +307,8 @@ def plausibility(volume: Volume, params: PlausibilityParams) -> StageOutput:
     -------
     StageOutput
         The volume unchanged; metrics: every measure of :func:`measure`, and the checks
-        that only warned.
+        that only warned; warnings: those checks, and the axes whose header claims at
+        least 1.5x finer voxels than the data hold (:func:`falsely_fine_warning`).
 
     Raises
     ------
@@ -286,4 +336,7 @@ def plausibility(volume: Volume, params: PlausibilityParams) -> StageOutput:
             metrics=metrics,
         )
     warnings = [f"{name}: {broken[name]}" for name in CHECKS if name in broken]
+    resolution = falsely_fine_warning(metrics)
+    if resolution is not None:
+        warnings.append(resolution)
     return StageOutput(volume, metrics, warnings)
