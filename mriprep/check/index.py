@@ -269,7 +269,8 @@ def _check_grids(index: dict[str, IndexEntry]) -> list[Finding]:
             Finding(
                 "grid-mismatch",
                 f"pipeline {pipeline_hash[:12]} produced {len(grids)} different grids ({desc}); "
-                "whole-volume batches need one shape",
+                "whole-volume batches need one shape (thick slices batch with "
+                "padded_size, and the FastSurfer HDF5 export writes a group per size)",
                 tuple(minority),
                 subjects_of(index, minority),
             )

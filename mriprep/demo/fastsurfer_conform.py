@@ -14,6 +14,12 @@ lines of nibabel and scipy, deliberately sharing no code with mriprep's stages, 
   every axis, so that the copy needs no interpolation: a shift of ``(shape - 256) / 2``
   voxels, not the half voxel that would do. The pipeline moves by the half voxel
   (``grid_shift_mm``); :func:`agreement` compares the two at equal world positions.
+  FastSurfer's own code at the commit in ``../shared/fastsurfer`` never takes that
+  branch: its ``is_resampling_vox2vox`` takes ``np.maximum`` where ``np.minimum`` is
+  meant and calls every map a resampling, so it keeps the ``c_ras`` grid and
+  interpolates linearly, half a voxel off the scan's lattice. ``conform_min``
+  follows that code (tests/demo/test_conform_min_fidelity.py runs it); this
+  restatement, and ``conform_1mm``'s snap, keep the branch as its comment means it.
 * **Intensities.** The range from the input's minimum to the edge two bins below the
   bin of a 1000-bin histogram (minimum to maximum) where all but 0.1% of the non-zero
   voxels are counted; trilinear interpolation (``scipy.ndimage.affine_transform``,

@@ -43,7 +43,7 @@ import mriprep
 from mriprep.core.errors import PipelineConfigError
 from mriprep.inputs.headers import HEADER_CHOICES
 from mriprep.pipelines.params import coerce_value
-from mriprep.stages import STAGE_MODULES, all_stages, get_stage
+from mriprep.stages import HASHED_ONLY_WHEN_SET, STAGE_MODULES, all_stages, get_stage
 
 OUTPUT_DTYPES = ("float32", "float16", "uint8")
 TOP_LEVEL_KEYS = ("name", "description", "output_dtype", "compression", "header", "stages")
@@ -72,7 +72,14 @@ class StageStep:
     params: Any
 
     def resolved(self) -> dict[str, Any]:
-        return {"stage": self.name, "params": dataclasses.asdict(self.params)}
+        params = dataclasses.asdict(self.params)
+        for field in dataclasses.fields(self.params):
+            # An option added after caches existed: a pipeline that leaves it at its
+            # default computes what it did before, so it keeps its hash and its caches.
+            if (field.metadata.get(HASHED_ONLY_WHEN_SET)
+                    and params[field.name] == field.default):
+                del params[field.name]
+        return {"stage": self.name, "params": params}
 
 
 @dataclass(frozen=True)

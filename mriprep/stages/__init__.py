@@ -13,7 +13,11 @@ SimpleITK can only write through a temporary file).
 
 Parameter fields may only use these types, so that YAML can express them and the loader
 can check them: ``bool``, ``int``, ``float``, ``str``, ``typing.Literal[...]`` of strings,
-``tuple[float, float, float]`` / ``tuple[int, int, int]``, and ``X | None`` of those.
+``tuple[float, float, float]`` / ``tuple[int, int, int]``, and ``X | None`` of those. A
+field added to a stage that caches already used carries the metadata
+:data:`HASHED_ONLY_WHEN_SET` when its default computes what the stage computed before:
+the pipeline hash then covers it only when a pipeline sets it, and existing caches stay
+valid.
 
 What the pipeline loader, the runner and the QC report need from a stage, the stage
 declares when it registers (see :class:`Stage`): the pipeline-level fields it inherits
@@ -57,6 +61,10 @@ STAGE_MODULES: dict[str, str] = {
     "normalize": "mriprep.stages.normalize",
     "validate": "mriprep.stages.validate",
 }
+
+# Parameter field metadata: the pipeline hash covers the field only when it differs from
+# its default (module doc).
+HASHED_ONLY_WHEN_SET = "hashed_only_when_set"
 
 _REGISTRY: dict[str, "Stage"] = {}
 

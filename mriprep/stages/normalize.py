@@ -21,15 +21,17 @@ Where conform differs from FastSurfer, and why
       is that bright) are counted in the top bin instead of widening the histogram.
     * A uint8 input keeps its grey levels, as in FastSurfer (which takes no range of a
       uint8 image and scales none): only clipped to 0-255, which it already is.
-    * FastSurfer scales after its interpolation; the conform pipeline scales before the
-      resample stage (linear interpolation commutes with the linear map, so only voxels
-      next to the clipped top 0.1% can differ, by a grey level or two; ``make bench``
-      measures it).
+    * FastSurfer scales after its interpolation; the conform pipelines scale before the
+      resample stage. Linear interpolation commutes with the linear map, but not with
+      the clipping: in ``conform_1mm`` voxels next to the clipped top 0.1% can differ
+      (``make bench`` measures it). ``clip: false`` leaves the clipping to a resample
+      step's ``clip_to``, after its interpolation, and the two orders agree
+      (``conform_min``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -37,7 +39,7 @@ import numpy as np
 from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.core.limits import UINT8_MAX
 from mriprep.core.volume import Volume
-from mriprep.stages import StageOutput, stage
+from mriprep.stages import HASHED_ONLY_WHEN_SET, StageOutput, stage
 from mriprep.stages.intensity import all_finite, foreground_mask, percentiles
 from mriprep.stages.resample.conformed import CONFORMED_DTYPE, stored_dtype
 
@@ -74,6 +76,10 @@ class NormalizeParams:
     invalid_value : float or None
         The value given to invalid voxels after normalisation; None normalises their
         (filled) values like the others, and gives any non-finite one 0.
+    clip : bool
+        ``conform`` only: False scales without clipping to 0-255, for a later
+        ``resample`` step with ``clip_to: [0, 255]`` that clips after interpolating, as
+        FastSurfer does; the two orders then agree exactly (module doc).
     """
 
     mode: Literal["zscore", "conform"] = "zscore"
@@ -82,8 +88,15 @@ class NormalizeParams:
     clip_high_percentile: float = 99.5
     eps: float = 1e-6
     invalid_value: float | None = 0.0
+    clip: bool = field(default=True, metadata={HASHED_ONLY_WHEN_SET: True})
 
     def __post_init__(self):
+        if not self.clip and self.mode != "conform":
+            raise PipelineConfigError(
+                "normalize: clip: false applies to mode: conform (whose 0-255 clipping a "
+                "later resample step can do after interpolating); a z-score is always "
+                f"taken of the clipped image, got mode {self.mode!r}"
+            )
         if not 0.0 <= self.clip_low_percentile < self.clip_high_percentile <= 100.0:
             raise PipelineConfigError(
                 "need 0 <= clip_low_percentile < clip_high_percentile <= 100, "
@@ -166,9 +179,13 @@ def _uint8_on_disk(volume: Volume) -> bool:
 
 
 def _scaled(values: np.ndarray, low: float, high: float, offset: float,
-            scale: float) -> np.ndarray:
-    """``(clip(values, low, high) - offset) * scale`` in float32, as a new array."""
-    out = np.clip(values, np.float32(low), np.float32(high))
+            scale: float, clip: bool = True) -> np.ndarray:
+    """``(clip(values, low, high) - offset) * scale`` in float32, as a new array (not
+    clipped with ``clip`` False)."""
+    if clip:
+        out = np.clip(values, np.float32(low), np.float32(high))
+    else:
+        out = values.astype(np.float32, copy=True)
     out -= np.float32(offset)
     out *= np.float32(scale)
     return out
@@ -283,13 +300,13 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
     if params.invalid_value is not None and not all_usable:
         # Only the usable voxels change: on a conformed grid, half of it is padding.
         out = np.full(data.shape, np.float32(params.invalid_value), dtype=np.float32)
-        out[usable] = _scaled(values, low, high, offset, scale)
+        out[usable] = _scaled(values, low, high, offset, scale, params.clip)
     else:
         source = data if finite_everywhere else np.where(finite, data, np.float32(0.0))
-        out = _scaled(source, low, high, offset, scale)
+        out = _scaled(source, low, high, offset, scale, params.clip)
         if params.invalid_value is None and not finite_everywhere:
             out[~finite] = 0.0
-    if params.mode == "conform":
+    if params.mode == "conform" and params.clip:
         # float32 rounding of the scale may overshoot 255 by an ulp.
         np.clip(out, 0.0, CONFORM_MAX, out=out)
         # FastSurfer maps zero to zero (usually background) whatever the range's start.

@@ -129,6 +129,13 @@ class MRIDataset(Dataset):
         ``label_rewrites`` then holds the voxels each rule before the lookup rewrote
         (rule -> voxels), and values the table does not list but counts as background
         are named in a warning.
+    padded_size : int, optional
+        Thick-slice mode only: every item padded with background (image 0, label 0,
+        weight 0, not valid) to ``padded_size`` x ``padded_size`` at its first row and
+        column, or cut there, as FastSurfer's ``PADDED_SIZE``, so that a cohort of
+        mixed resolutions (``conform_min``: 256, 320, ... voxel cubes) batches
+        together; each item's ``zoom`` says its voxel size. Default: no padding, and
+        items of different sizes cannot share a batch.
     derived_dir : path, optional
         Thick-slice mode only: where the classes derived from the label maps are kept;
         default ``CACHE/derived`` (:mod:`~mriprep.training.labels.derived`). They are
@@ -194,6 +201,7 @@ class MRIDataset(Dataset):
         weights: WeightOptions | None = None,
         blank_slice_threshold: float | None = None,
         absent_classes: str | None = None,
+        padded_size: int | None = None,
         derived_dir: str | os.PathLike | None = None,
         exclude_flagged: bool | str = False,
         labels: bool | None = None,
@@ -209,8 +217,8 @@ class MRIDataset(Dataset):
             raise ValueError(f"MRIDataset: unknown mode {mode!r}; choose one of {MODES}")
         thick = dict(view=view, table=table, weights=weights,
                      blank_slice_threshold=blank_slice_threshold,
-                     absent_classes=absent_classes, derived_dir=derived_dir,
-                     workers=workers)
+                     absent_classes=absent_classes, padded_size=padded_size,
+                     derived_dir=derived_dir, workers=workers)
         refuse_options_of_other_modes(
             mode,
             patch=dict(
@@ -296,6 +304,7 @@ class MRIDataset(Dataset):
                 derived_dir=derived_dir,
                 absent_classes=(("error" if split == "train" else "allow")
                                 if absent_classes is None else absent_classes),
+                padded_size=padded_size,
                 workers=default_process_workers() if workers is None else workers)
             self.view = self.thick.view
             self.slices = self.thick.slices

@@ -57,9 +57,15 @@ class ThickSlices:
     def __init__(self, cache: Cache, entries: list[IndexEntry], split: str, *,
                  view: str, context: int, table: LabelTable, weights: WeightOptions,
                  blank_slice_threshold: float, derived_dir, absent_classes: str,
-                 workers: int):
+                 workers: int, padded_size: int | None = None):
         if view not in VIEWS:
             raise ValueError(f"MRIDataset: view {view!r} is unknown; choose one of {VIEWS}")
+        if padded_size is not None and (isinstance(padded_size, bool)
+                                        or not isinstance(padded_size, int)
+                                        or padded_size < 1):
+            raise ValueError(f"MRIDataset: padded_size must be a positive int (FastSurfer's "
+                             f"PADDED_SIZE), got {padded_size!r}")
+        self.padded_size = padded_size
         unlabelled = [e.finding_name for e in entries if "label" not in e.files]
         if unlabelled:
             raise CacheError(f"{', '.join(unlabelled[:8])} have no label map; "
@@ -98,7 +104,11 @@ class ThickSlices:
             raise CacheError(f"split {split!r} of cache {cache.root} has no {view} slice "
                              f"with a class sum above {blank_slice_threshold}")
         _, rows_axis, cols_axis = view_axes(view)
-        self.planes = [(int(e.shape[rows_axis]), int(e.shape[cols_axis])) for e in entries]
+        #: Each entry's in-plane size as stored, and as served (padded or cut).
+        self.stored_planes = [(int(e.shape[rows_axis]), int(e.shape[cols_axis]))
+                              for e in entries]
+        self.planes = (self.stored_planes if padded_size is None
+                       else [(padded_size, padded_size)] * len(entries))
         self.zooms = [view_zoom(e.spacing or (1.0, 1.0, 1.0), view) for e in entries]
         self.ctx_thresh = cortex_threshold(table, view)
         self.factors = region_factors_for(table, view, weights.region_weights)
@@ -123,19 +133,34 @@ class ThickSlices:
     def read(self, index: int, out: dict, j: int) -> dict:
         """Item ``index`` into row ``j`` of the batch arrays ``out`` ([B, C, H, W])."""
         e, k = (int(v) for v in self.slices[index])
+        place, part = self._placement(e, out, j)
         image = self._map(e, "image")
         # Each neighbour straight into its channel (edge slices repeat): contiguous
         # copies, where FastSurfer's [H, W, 2c+1] layout would need a transpose.
         for c, p in enumerate(neighbours(k, self.context, len(image))):
-            copy_into(out["image"][j, c], image[p])
+            copy_into(out["image"][j, c][place], image[p][part])
         classes = self._map(e, "classes")
-        copy_into(out["label"][j, 0], classes[k])
-        copy_into(out["weight"][j, 0],
-                  slab_weights(classes, k, self.class_weight[e], self.weights,
-                               ctx_thresh=self.ctx_thresh, region_factors=self.factors))
-        copy_into(out["valid"][j, 0], self._map(e, "valid")[k])
+        copy_into(out["label"][j, 0][place], classes[k][part])
+        weights = slab_weights(classes, k, self.class_weight[e], self.weights,
+                               ctx_thresh=self.ctx_thresh, region_factors=self.factors)
+        copy_into(out["weight"][j, 0][place], weights[part])
+        copy_into(out["valid"][j, 0][place], self._map(e, "valid")[k][part])
         return {"slice_index": k, "zoom": self.zooms[e],
                 "affine": self.slice_affine(e, k)}
+
+    def _placement(self, e: int, out: dict, j: int) -> tuple[tuple, tuple]:
+        """Where entry ``e``'s slices go in an item, and which part of them: the whole
+        item without ``padded_size``; else its first rows and columns, the rest of the
+        item (batch buffers are reused) set to background first."""
+        if self.padded_size is None:
+            whole = (slice(None), slice(None))
+            return whole, whole
+        rows, cols = (min(n, self.padded_size) for n in self.stored_planes[e])
+        if (rows, cols) != (self.padded_size, self.padded_size):
+            for name in ("image", "label", "weight", "valid"):
+                out[name][j] = 0
+        region = (slice(0, rows), slice(0, cols))
+        return region, region
 
     def slice_affine(self, e: int, k: int) -> np.ndarray:
         """The affine of slice ``k`` as a one-voxel-thick volume whose axes are the

@@ -21,7 +21,7 @@ from mriprep.cache import Cache
 from mriprep.cli import main
 from mriprep.demo.fastsurfer_referee import referee_subject
 from mriprep.training.labels import dkt_table
-from tests.training.fastsurfer_cache import shared_cache, subject, write_cache
+from tests.training.fastsurfer_cache import SIZE, shared_cache, subject, write_cache
 
 # One xdist worker runs the whole module (make test's --dist loadgroup), so that what it
 # builds once per process (module fixtures, cached scans) is built once per run.
@@ -214,3 +214,51 @@ def test_equals_fastsurfers_own_functions_where_they_work(monkeypatch, view):
     np.testing.assert_array_equal(got.classes, np.transpose(aseg, (2, 0, 1)))
     np.testing.assert_array_equal(got.orig, np.transpose(orig, (2, 0, 1, 3)))
     np.testing.assert_allclose(got.weights, np.transpose(w, (2, 0, 1)), rtol=1e-12, atol=0)
+
+
+@pytest.fixture(scope="module")
+def mixed_export(tmp_path_factory, derived) -> Path:
+    """A cohort of mixed resolutions, as ``conform_min`` caches it: two subjects at 1 mm
+    on 72^3, two at 0.8 mm on 90^3."""
+    root = write_cache(tmp_path_factory.mktemp("mixed") / "c", count=4,
+                       spacing=lambda i: 1.0 if i < 2 else 0.8)
+    path = tmp_path_factory.mktemp("mixed-hdf5") / "coronal.hdf5"
+    assert main(["export", str(root), "-o", str(path), "--format", "fastsurfer-hdf5",
+                 "--view", "coronal", *derived]) == 0
+    return path
+
+
+FINE = int(round(SIZE / 0.8))
+
+
+def test_a_mixed_resolution_cohort_gets_one_group_per_size(mixed_export):
+    with h5py.File(mixed_export, "r") as hf:
+        assert sorted(hf, key=int) == [str(SIZE), str(FINE)]
+        for size, zoom, names in ((SIZE, 1.0, ["sub-00", "sub-01"]),
+                                  (FINE, 0.8, ["sub-02", "sub-03"])):
+            g = hf[str(size)]
+            assert [s.decode() for s in g["subject"][:]] == names
+            assert g["orig_dataset"].shape[1:] == (size, size, 7)
+            np.testing.assert_allclose(g["zoom_dataset"][:], zoom)
+
+
+def test_fastsurfers_multiscale_dataset_reads_every_size_padded(mixed_export, monkeypatch):
+    yacs = _fastsurfer(monkeypatch)
+    from FastSurferCNN.data_loader.dataset import MultiScaleDataset
+
+    padded = 96
+    cfg = yacs.CfgNode({"DATA": {"PADDED_SIZE": padded, "SIZES": [SIZE, FINE],
+                                 "PLANE": "coronal"}, "MODEL": {"BASE_RES": 1.0}})
+    ds = MultiScaleDataset(str(mixed_export), cfg, transforms=None)
+    with h5py.File(mixed_export, "r") as hf:
+        counts = [len(hf[str(size)]["orig_dataset"]) for size in (SIZE, FINE)]
+        last_fine = hf[str(FINE)]["aseg_dataset"][-1]
+    assert len(ds) == sum(counts)
+    coarse, fine = ds[0], ds[len(ds) - 1]
+    for item in (coarse, fine):
+        assert item["image"].shape == (7, padded, padded, 1)
+        assert item["label"].shape == (1, padded, padded, 1)
+    np.testing.assert_allclose(coarse["scale_factor"], [1.0, 1.0])
+    np.testing.assert_allclose(fine["scale_factor"], [1.25, 1.25])
+    np.testing.assert_array_equal(fine["label"][0, :FINE, :FINE, 0], last_fine)
+    assert not fine["label"][0, FINE:, :, 0].any()  # padded with background

@@ -222,7 +222,7 @@ def test_names_resolve_from_the_pipelines_folder(tmp_path):
     assert resolve_pipeline_path("conform_1mm") == pipelines_dir() / "conform_1mm.yaml"
     with pytest.raises(PipelineConfigError) as info:
         resolve_pipeline_path("conform_2mm")
-    assert "one of: conform_1mm, t1w_mni_rigid" in str(info.value)
+    assert "one of: conform_1mm, conform_min, t1w_mni_rigid" in str(info.value)
     with pytest.raises(PipelineConfigError, match="neither a YAML file"):
         resolve_pipeline_path(tmp_path / "absent.yaml")
 

@@ -214,3 +214,16 @@ def test_invalid_parameters_are_refused():
 
 def test_registered_under_its_pipeline_name():
     assert get_stage("normalize") is normalize
+
+
+def test_conform_without_clipping_leaves_the_clip_to_a_later_step(head):
+    """conform_min clips after its interpolation, as FastSurfer does: the scale is the
+    same, and only the values beyond the range differ from the clipped ones."""
+    clipped = normalize(head, mode="conform")
+    unclipped = normalize(head, mode="conform", clip=False)
+    scale = unclipped.record_of("normalize").metrics["scale"]
+    assert scale == clipped.record_of("normalize").metrics["scale"]
+    assert unclipped.data.max() > 255
+    np.testing.assert_allclose(np.clip(unclipped.data, 0, 255), clipped.data, atol=1e-3)
+    with pytest.raises(PipelineConfigError, match="applies to mode: conform"):
+        NormalizeParams(mode="zscore", clip=False)

@@ -63,21 +63,38 @@ def subject(index: int) -> dict[str, np.ndarray]:
             "label": labels.astype(np.int16)}
 
 
+def finer(tensors: dict[str, np.ndarray], zoom: float) -> dict[str, np.ndarray]:
+    """A subject's tensors on a grid ``zoom`` times finer (a sub-millimetre scan as
+    ``conform_min`` caches it: a larger cube of smaller voxels)."""
+    from scipy.ndimage import zoom as rescale
+
+    return {"image": rescale(tensors["image"], zoom, order=1),
+            "valid": rescale(tensors["valid"], zoom, order=0),
+            "label": rescale(tensors["label"], zoom, order=0)}
+
+
 def write_cache(root: Path, count: int = 3, split: str = "train",
-                edit=None) -> Path:
-    """A cache of ``count`` subjects; ``edit(index, tensors)`` may change one's tensors."""
+                edit=None, spacing=None) -> Path:
+    """A cache of ``count`` subjects; ``edit(index, tensors)`` may change one's tensors;
+    ``spacing(index)`` gives a subject's voxel size (default 1 mm): a finer one is
+    cached on a larger cube (:func:`finer`), as ``conform_min`` caches it."""
     cache = Cache(root, create=True)
     entries = []
     for i in range(count):
         tensors = subject(i)
+        size = 1.0 if spacing is None else spacing(i)
+        if size != 1.0:
+            tensors = finer(tensors, 1.0 / size)
         if edit is not None:
             edit(i, tensors)
         sid = f"sub-{i:02d}"
+        affine = np.diag([-1.0, 1, 1, 1])[[0, 2, 1, 3]]
+        affine[:3, :3] *= size
         meta = {"subject_id": sid, "session_id": "", "pipeline_name": "conform_1mm",
                 "pipeline_hash": "f" * 64,
                 "inputs": {"t1w": {"path": f"{sid}.nii.gz", "sha256": f"{i:064x}"}},
-                "affine": np.diag([-1.0, 1, 1, 1])[[0, 2, 1, 3]].tolist(),
-                "spacing": [1.0, 1.0, 1.0], "shape": [SIZE] * 3, "provenance": []}
+                "affine": affine.tolist(), "spacing": [size] * 3,
+                "shape": list(tensors["image"].shape), "provenance": []}
         key = entry_key(sid, "", {"t1w": f"{i:064x}"}, "f" * 64)
         entries.append(cache.write_entry(key, tensors, meta).with_split(split))
     cache.update_index(entries)

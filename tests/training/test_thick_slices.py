@@ -221,3 +221,29 @@ def test_item_affine_places_its_voxels_where_the_cache_does(coronal):
     voxel[slice_axis], voxel[rows], voxel[cols] = k, 10, 20
     np.testing.assert_allclose(item["affine"].numpy() @ [10, 20, 0, 1],
                                np.asarray(coronal.entries[entry].affine) @ [*voxel, 1])
+
+
+def test_a_mixed_resolution_cohort_batches_padded_as_fastsurfer_pads(tmp_path):
+    """conform_min caches a 0.8 mm scan on a larger cube than a 1 mm one: padded_size
+    serves both at one size (background after the stored rows and columns), each item
+    with its zoom, and the stored part equals the item without padding."""
+    root = write_cache(tmp_path / "c", count=2, spacing=lambda i: 1.0 if i == 0 else 0.8)
+    plain = MRIDataset(root, "train", view="coronal", derived_dir=tmp_path / "d", **THICK)
+    padded = MRIDataset(root, "train", view="coronal", derived_dir=tmp_path / "d",
+                        padded_size=96, **THICK)
+    fine = [i for i, (e, _) in enumerate(padded.slices) if e == 1]
+    coarse_item, fine_item = padded[0], padded[fine[len(fine) // 2]]
+    assert coarse_item["zoom"].tolist() == [1.0, 1.0]
+    np.testing.assert_allclose(fine_item["zoom"].numpy(), [0.8, 0.8])
+    for item, size, index in ((coarse_item, 72, 0), (fine_item, 90, fine[len(fine) // 2])):
+        assert item["image"].shape == (7, 96, 96) and item["label"].shape == (96, 96)
+        stored = plain[index]
+        for key in ("image", "label", "weight", "valid"):
+            assert torch.equal(item[key][..., :size, :size], stored[key])
+            assert not item[key][..., size:, :].any() and not item[key][..., :, size:].any()
+    batch = next(iter(make_dataloader(padded, batch_size=len(padded), num_workers=0,
+                                      shuffle=False)))
+    assert batch["image"].shape[1:] == (7, 96, 96)
+    assert sorted({round(z, 4) for z in batch["zoom"][:, 0].tolist()}) == [0.8, 1.0]
+    with pytest.raises(ValueError, match="padded_size"):
+        MRIDataset(root, "train", view="coronal", padded_size=0, **THICK)

@@ -9,7 +9,9 @@ Target grid
     With a pending registration: the template's grid it carries. Otherwise a grid with
     the input's axes and ``spacing``, centred on the input's field of view, covering it
     (``round(n * input_spacing / spacing)`` voxels per axis) or with an explicit
-    ``shape`` (e.g. 256^3 at 1 mm, FastSurfer's conformed grid). With ``orientation``
+    ``shape`` (e.g. 256^3 at 1 mm, FastSurfer's conformed grid), or with FastSurfer's
+    rules for sub-millimetre scans (``spacing: min``, ``shape: fov``:
+    :mod:`~mriprep.stages.resample.conform_size`). With ``orientation``
     (e.g. ``"LIA"``, FastSurfer's voxel order) the input's axes are first reordered to it,
     as the reorient stage would but without copying a voxel: the reordering is paid for
     in the one pass that writes the output grid. With ``axis_aligned`` the output axes
@@ -72,16 +74,22 @@ The paths
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 from mriprep.core.errors import PipelineConfigError, StageError
 from mriprep.core.volume import Volume
-from mriprep.stages import StageOutput, stage
+from mriprep.stages import HASHED_ONLY_WHEN_SET, StageOutput, stage
 from mriprep.stages.intensity import label_values
 from mriprep.stages.reorient import axis_codes, orientation_codes, reoriented
+from mriprep.stages.resample.conform_size import (
+    conformed_image_size,
+    conformed_voxel_size,
+    experimental_note,
+    voxel_size_problem,
+)
 from mriprep.stages.resample.conformed import conform_mismatches, stored_dtype
 from mriprep.stages.resample.general import resample_arrays
 from mriprep.stages.resample.grid import (
@@ -106,11 +114,33 @@ class ResampleParams:
         Image interpolation; ``bspline`` is cubic and needs finite data.
     label_interpolation : {"nearest", "label_linear"}
         Label maps: nearest neighbour, or per-label linear interpolation and argmax.
-    spacing : tuple of 3 floats
-        Output voxel size (mm) when there is no pending registration.
-    shape : tuple of 3 ints or None
+    spacing : tuple of 3 floats, float, or "min"
+        Output voxel size (mm) when there is no pending registration; one number is
+        isotropic. ``"min"`` is FastSurfer's ``--vox_size min``: isotropic at the scan's
+        smallest voxel side, at most 1 mm
+        (:mod:`~mriprep.stages.resample.conform_size`), taken from the resolution the
+        image carries where the header claims a finer one (``voxel_size_from``).
+    shape : tuple of 3 ints, "fov", or None
         Output shape when there is no pending registration, centred on the input's field
-        of view; None covers the field of view.
+        of view; None covers the field of view. ``"fov"`` is FastSurfer's conformed cube:
+        256 at 1 mm, else the cube covering the scan's largest field of view, at least
+        256 (isotropic spacing in (0, 1] mm only, as FastSurfer's conform).
+    to_1mm_threshold : float or None
+        With ``spacing: min``, a smallest voxel side above this (mm) is served at 1 mm
+        (FastSurfer's ``conform_to_1mm_threshold``; its pipeline uses 0.98).
+    voxel_size_from : {"acquired", "header"}
+        With ``spacing: min``: ``acquired`` takes, on an axis whose header claims at
+        least 1.5x finer voxels than the image carries, the measured resolution
+        (:mod:`~mriprep.stages.acquired_resolution`); ``header`` takes the header's
+        voxel sizes as they are, as FastSurfer does.
+    snap_to_input : bool
+        A target grid with the input's axes and spacing is moved onto the input's
+        lattice (module doc). False keeps the grid exactly where ``centre`` puts it, and
+        interpolates where the two lattices are half a voxel apart, as FastSurfer does.
+    clip_to : (low, high) or None
+        The image is clipped to this range after interpolating: FastSurfer clips its
+        conformed image to 0-255 after interpolating, which a ``normalize`` step with
+        ``clip: false`` leaves to this one.
     anisotropy_threshold : float
         Largest/smallest input spacing above which a ``bspline`` image is interpolated
         cubic in-plane and linear along the thick axis.
@@ -128,12 +158,19 @@ class ResampleParams:
 
     interpolation: Literal["linear", "bspline"] = "linear"
     label_interpolation: Literal["nearest", "label_linear"] = "nearest"
-    spacing: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    shape: tuple[int, int, int] | None = None
+    spacing: tuple[float, float, float] | float | Literal["min"] = (1.0, 1.0, 1.0)
+    shape: tuple[int, int, int] | Literal["fov"] | None = None
     anisotropy_threshold: float = 3.0
     orientation: str | None = None
     axis_aligned: bool = False
     centre: Literal["field_of_view", "freesurfer"] = "field_of_view"
+    to_1mm_threshold: float | None = field(
+        default=None, metadata={HASHED_ONLY_WHEN_SET: True})
+    voxel_size_from: Literal["acquired", "header"] = field(
+        default="acquired", metadata={HASHED_ONLY_WHEN_SET: True})
+    snap_to_input: bool = field(default=True, metadata={HASHED_ONLY_WHEN_SET: True})
+    clip_to: tuple[float, float] | None = field(
+        default=None, metadata={HASHED_ONLY_WHEN_SET: True})
 
     def __post_init__(self):
         if self.orientation is not None:
@@ -142,24 +179,56 @@ class ResampleParams:
             raise PipelineConfigError(
                 "resample: axis_aligned needs an orientation to align to (e.g. LIA)"
             )
-        spacing = tuple(float(s) for s in self.spacing)
-        if len(spacing) != 3 or not all(np.isfinite(spacing)) or min(spacing) <= 0:
-            raise PipelineConfigError(
-                f"resample: spacing must be three positive sizes in mm, got {self.spacing}"
-            )
-        object.__setattr__(self, "spacing", spacing)
-        if self.shape is not None:
+        if self.spacing != "min":
+            spacing = self.spacing
+            if isinstance(spacing, (int, float)):
+                spacing = (spacing,) * 3
+            spacing = tuple(float(s) for s in spacing)
+            if len(spacing) != 3 or not all(np.isfinite(spacing)) or min(spacing) <= 0:
+                raise PipelineConfigError(
+                    "resample: spacing must be three positive sizes in mm, one size, or "
+                    f"min, got {self.spacing}"
+                )
+            object.__setattr__(self, "spacing", spacing)
+        if self.shape == "fov":
+            self._check_fastsurfer_cube()
+        elif self.shape is not None:
             shape = tuple(int(s) for s in self.shape)
             if len(shape) != 3 or min(shape) < 1:
                 raise PipelineConfigError(
                     f"resample: shape must be three positive voxel counts, got {self.shape}"
                 )
             object.__setattr__(self, "shape", shape)
+        if self.to_1mm_threshold is not None and (
+                self.spacing != "min" or not 0 < self.to_1mm_threshold <= 1):
+            raise PipelineConfigError(
+                "resample: to_1mm_threshold is FastSurfer's conform_to_1mm_threshold, a "
+                "size in (0, 1] mm that applies to spacing: min; got "
+                f"{self.to_1mm_threshold} with spacing {self.spacing}"
+            )
+        if self.clip_to is not None and not (
+                np.all(np.isfinite(self.clip_to)) and self.clip_to[0] < self.clip_to[1]):
+            raise PipelineConfigError(
+                f"resample: clip_to must be [low, high] with low < high, got {self.clip_to}"
+            )
         if not self.anisotropy_threshold >= 1:
             raise PipelineConfigError(
                 "resample: anisotropy_threshold is a ratio of spacings and must be at "
                 f"least 1, got {self.anisotropy_threshold}"
             )
+
+    def _check_fastsurfer_cube(self):
+        """``shape: fov`` is FastSurfer's cube: refused where FastSurfer refuses."""
+        if self.spacing == "min":
+            return
+        if max(self.spacing) - min(self.spacing) > 1e-9:
+            raise PipelineConfigError(
+                "resample: shape fov is FastSurfer's conformed cube, which has isotropic "
+                f"voxels; got spacing {list(self.spacing)} (give one size, or min)"
+            )
+        problem = voxel_size_problem(self.spacing[0])
+        if problem is not None:
+            raise PipelineConfigError(f"resample: shape fov: {problem}")
 
 
 def _finite_data(volume: Volume, params: ResampleParams) -> np.ndarray:
@@ -223,7 +292,10 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         when it was not, see module doc), the output ``orientation`` codes, and
         ``already_conformed``: the input already met FastSurfer's ``is_conform`` for a
         conform target (shape and orientation set) and is returned as it is, ``grid``
-        ``"input"`` (:mod:`~mriprep.stages.resample.conformed`).
+        ``"input"`` (:mod:`~mriprep.stages.resample.conformed`), and
+        ``voxel_size_rule``: with ``spacing: min``, the claimed and measured voxel sizes
+        and the size chosen (None otherwise). Warnings: a voxel size FastSurfer calls
+        experimental, and a header that claims a finer grid than the image carries.
 
     Raises
     ------
@@ -231,8 +303,11 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         Non-finite image values where they would reach the output (see module doc), or
         an ``orientation`` set while a registration hands over the template's grid.
     """
-    conformed = _already_conformed(volume, params)
+    spacing, shape, sizing, warnings = _target_size(volume, params)
+    conformed = _already_conformed(volume, params, spacing, shape)
     if conformed is not None:
+        conformed.metrics["voxel_size_rule"] = sizing
+        conformed.warnings.extend(warnings)
         return conformed
     # FreeSurfer's c_ras is a voxel of the stored grid: taken before any reordering.
     centre = grid_centre(volume.affine, volume.shape, params.centre)
@@ -251,9 +326,10 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
     else:
         directions = world_axes(params.orientation) if params.axis_aligned else None
         out_shape, out_affine = target_grid(
-            volume.affine, volume.shape, params.spacing, params.shape, directions, centre
+            volume.affine, volume.shape, spacing, shape, directions, centre
         )
-        snap = snap_to_input_lattice(volume.affine, volume.spacing, out_affine, params.spacing)
+        if params.snap_to_input:
+            snap = snap_to_input_lattice(volume.affine, volume.spacing, out_affine, spacing)
         if snap is not None:
             out_affine = snap[0]
         world_map = np.eye(4)
@@ -287,6 +363,11 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         data, valid, label, outside = resample_arrays(
             volume, data, vox_map, out_shape, kernel, params.label_interpolation
         )
+    if params.clip_to is not None:
+        # In place unless a path handed back a view of the input, which must not change.
+        shared = np.may_share_memory(data, volume.data)
+        data = np.clip(data, np.float32(params.clip_to[0]), np.float32(params.clip_to[1]),
+                       out=None if shared else data)
     invalid_fraction = 1.0 - float(np.count_nonzero(valid)) / valid.size
     out = volume.replace(data=data, valid=valid, label=label, affine=out_affine, pending=None,
                          applied=pending if pending is not None else volume.applied)
@@ -303,11 +384,79 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         "grid_shift_mm": None if snap is None else [float(x) for x in snap[1]],
         "orientation": orientation_codes(out_affine),
         "already_conformed": False,
+        "voxel_size_rule": sizing,
     }
-    return StageOutput(out, metrics)
+    return StageOutput(out, metrics, warnings)
 
 
-def _already_conformed(volume: Volume, params: ResampleParams) -> StageOutput | None:
+def _target_size(volume: Volume, params: ResampleParams):
+    """The target grid's spacing and shape, with FastSurfer's rules where they are asked
+    for (``spacing: min``, ``shape: fov``), what decided them, and any warning.
+
+    Returns
+    -------
+    spacing : tuple of 3 floats
+    shape : tuple of 3 ints or None
+    sizing : dict or None
+        For ``spacing: min``: the voxel sizes the header claims, those measured where
+        the header claims a finer grid than the image carries (None with
+        ``voxel_size_from: header``), the threshold and the size chosen.
+    warnings : list of str
+    """
+    warnings = []
+    sizing = None
+    if volume.pending is not None:
+        return params.spacing, params.shape, None, warnings  # the template's grid decides
+    if params.spacing == "min":
+        claimed = tuple(float(s) for s in volume.spacing)
+        measured = None
+        if params.voxel_size_from == "acquired":
+            measured = _carried_sizes(volume)
+        size = conformed_voxel_size(claimed, params.to_1mm_threshold, measured)
+        spacing = (size,) * 3
+        sizing = {
+            "rule": "min",
+            "claimed_mm": [round(s, 6) for s in claimed],
+            "acquired_mm": None if measured is None else [round(s, 6) for s in measured],
+            "to_1mm_threshold": params.to_1mm_threshold,
+            "voxel_size_mm": size,
+        }
+        as_claimed = conformed_voxel_size(claimed, params.to_1mm_threshold)
+        if size != as_claimed:
+            warnings.append(
+                f"the header claims {min(claimed):g} mm voxels but the image carries "
+                f"{min(measured):g} mm at best: conformed to {size:g} mm, not "
+                f"{as_claimed:g} mm (voxel_size_from: header keeps the header's sizes)"
+            )
+    else:
+        spacing = params.spacing
+    shape = params.shape
+    if shape == "fov":
+        side = conformed_image_size(volume.shape, volume.spacing, spacing[0])
+        shape = (side,) * 3
+    if params.spacing == "min" or params.shape == "fov":
+        note = experimental_note(spacing[0])
+        if note is not None:
+            warnings.append(note)
+    return spacing, shape, sizing, warnings
+
+
+def _carried_sizes(volume: Volume) -> tuple[float, float, float]:
+    """Per voxel axis, the voxel size to conform from: the header's, except on an axis
+    where the image carries a resolution at least ``CLAIMED_FINER_RATIO`` times coarser
+    than the header claims, which takes the measured one."""
+    from mriprep.stages.acquired_resolution import CLAIMED_FINER_RATIO, acquired_resolution
+
+    found = acquired_resolution(volume.data, volume.spacing, volume.valid)
+    falsely_fine = found.falsely_fine_axes(CLAIMED_FINER_RATIO)
+    return tuple(
+        float(acquired) if axis in falsely_fine else float(claimed)
+        for axis, (claimed, acquired) in enumerate(zip(volume.spacing, found.sizes_mm))
+    )
+
+
+def _already_conformed(volume: Volume, params: ResampleParams, spacing,
+                       shape) -> StageOutput | None:
     """The volume as it is when it is already on the conform target by FastSurfer's
     rules (:mod:`~mriprep.stages.resample.conformed`), else None.
 
@@ -316,11 +465,11 @@ def _already_conformed(volume: Volume, params: ResampleParams) -> StageOutput | 
     differ from the target's by round-off within ``eps``. Only a conform target
     qualifies: an explicit shape and an orientation, and no registration to apply.
     """
-    if volume.pending is not None or params.shape is None or params.orientation is None:
+    if volume.pending is not None or shape is None or params.orientation is None:
         return None
     load = volume.record_of("load")
     dtype = stored_dtype(load.metrics if load is not None else None)
-    if conform_mismatches(volume.affine, volume.shape, dtype, params.shape, params.spacing,
+    if conform_mismatches(volume.affine, volume.shape, dtype, shape, spacing,
                           params.orientation, strict=params.axis_aligned):
         return None
     data = _finite_data(volume, params)
