@@ -15,7 +15,6 @@ import re
 import nibabel as nib
 import numpy as np
 import pytest
-from scipy import ndimage
 
 from mriprep import check as chk
 from mriprep.cache import Cache
@@ -26,24 +25,14 @@ from mriprep.pipelines import load_pipeline
 from mriprep.qc.store import read_qc
 from mriprep.run.cohort import cohort_rows, run_cohort
 from mriprep.stages.acquired_resolution import CLAIMED_FINER_RATIO
-
-
-def _phantom(shape, seed):
-    rng = np.random.default_rng(seed)
-    field = ndimage.gaussian_filter(rng.normal(size=shape), 2.0)
-    field /= field.std()
-    tissue = np.select([field < -0.4, field < 0.4], [300.0, 700.0], 1000.0)
-    grid = [np.linspace(-1.0, 1.0, n) for n in shape]
-    x, y, z = np.meshgrid(*grid, indexing="ij", sparse=True)
-    data = np.where(x ** 2 + y ** 2 + z ** 2 < 0.85, tissue, 0.0)
-    return np.abs(data + rng.normal(0.0, 20.0, shape)).astype(np.float32)
+from tests.stages.test_acquired_resolution import phantom
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     root = tmp_path_factory.mktemp("resolution_cohort")
-    nib.save(nib.Nifti1Image(_phantom((80, 80, 80), 1), np.eye(4)), root / "sub-01.nii.gz")
-    coarse = Scan(_phantom((64, 64, 64), 2), None, np.eye(4), np.eye(4), None)
+    nib.save(nib.Nifti1Image(phantom((80, 80, 80), 1), np.eye(4)), root / "sub-01.nii.gz")
+    coarse = Scan(phantom((64, 64, 64), 2), None, np.eye(4), np.eye(4), None)
     fine = written_finer(coarse, (2, 2, 2), "fft")
     nib.save(nib.Nifti1Image(fine.data, fine.affine), root / "sub-02.nii.gz")
     (root / "cohort.csv").write_text("subject_id,image,split\nsub-01,sub-01.nii.gz,train\n"

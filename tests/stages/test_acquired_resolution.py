@@ -38,7 +38,8 @@ _WARN_ALL = PlausibilityParams(warn=CHECKS)
 
 
 @functools.lru_cache(maxsize=8)
-def _phantom(shape: tuple[int, int, int], seed: int = 0, noise: float = 20.0) -> np.ndarray:
+def phantom(shape: tuple[int, int, int], seed: int = 0, noise: float = 20.0) -> np.ndarray:
+    """A noisy three-tissue ball (cached: copy before changing it)."""
     rng = np.random.default_rng(seed)
     field = ndimage.gaussian_filter(rng.normal(size=shape), 2.0)
     field /= field.std()
@@ -62,7 +63,7 @@ def _spacing(scan: Scan) -> tuple[float, float, float]:
 def _written(method: str, factors=(2.0, 2.0, 2.0), shape=(64, 64, 64), thick=1):
     """A phantom acquired on ``shape`` (with slabs of ``thick`` slices averaged along
     axis 2) and written ``factors`` finer by ``method``."""
-    data = _phantom((shape[0], shape[1], shape[2] * thick))
+    data = phantom((shape[0], shape[1], shape[2] * thick))
     if thick > 1:
         data = data.reshape(shape[0], shape[1], shape[2], thick).mean(axis=3)
     coarse = _scan(data, (1.0, 1.0, float(thick)))
@@ -70,7 +71,7 @@ def _written(method: str, factors=(2.0, 2.0, 2.0), shape=(64, 64, 64), thick=1):
 
 
 def test_a_genuine_scan_carries_its_claimed_resolution():
-    result = acquired_resolution(_phantom((96, 96, 96)), (0.8, 0.8, 0.8))
+    result = acquired_resolution(phantom((96, 96, 96)), (0.8, 0.8, 0.8))
     assert isinstance(result, AcquiredResolution)
     assert result.sizes_mm == result.claimed_mm == (0.8, 0.8, 0.8)
     assert result.ratios == (1.0, 1.0, 1.0)
@@ -106,7 +107,7 @@ def test_the_threshold_is_the_issues_and_a_lower_one_can_be_asked():
 
 
 def test_zero_filled_slices_and_invalid_voxels_do_not_change_the_verdict():
-    genuine = _phantom((96, 96, 96)).copy()
+    genuine = phantom((96, 96, 96)).copy()
     fake = _written("fft")
     fake_data = fake.data.copy()
     for data in (genuine, fake_data):
@@ -132,7 +133,7 @@ def test_8_bit_storage_does_not_hide_a_linear_interpolation():
     # normalised after storage, as the resample stage sees it: still found
     normalised = (stored.astype(np.float32) - 3.0) * np.float32(255.0 / 110.0)
     assert acquired_resolution(normalised, _spacing(scan)).falsely_fine_axes() == (0, 1, 2)
-    genuine = _phantom((96, 96, 96))
+    genuine = phantom((96, 96, 96))
     stored = np.round(genuine * 255.0 / genuine.max()).astype(np.uint8)
     assert acquired_resolution(stored, (1.0, 1.0, 1.0)).falsely_fine_axes() == ()
 
@@ -158,7 +159,7 @@ def test_a_volume_without_a_head_is_reported_not_measured_at_its_claimed_size():
 
 
 def test_an_axis_too_short_for_a_segment_is_not_measured():
-    data = _phantom((96, 96, 12))
+    data = phantom((96, 96, 12))
     result = acquired_resolution(data, (1.0, 1.0, 5.0))
     assert result.marks[2] == "not measured" and result.sizes_mm[2] == 5.0
     assert result.marks[:2] == ("", "")
@@ -205,7 +206,7 @@ def test_plausibility_reports_the_measure_and_warns_naming_axis_sizes_and_fix():
 
 
 def test_plausibility_does_not_warn_on_a_genuine_scan_nor_refuse_a_false_one():
-    genuine = _scan(_phantom((96, 96, 96)), (1.0, 1.0, 1.0))
+    genuine = _scan(phantom((96, 96, 96)), (1.0, 1.0, 1.0))
     record = get_stage("plausibility")(_volume(genuine), _WARN_ALL).record_of("plausibility")
     assert record.metrics["falsely_fine_axes"] == []
     assert record.metrics["acquired_resolution_ratio"] == 1.0
