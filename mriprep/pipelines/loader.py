@@ -104,7 +104,8 @@ class Pipeline:
     header: str = "auto"
 
     def resolved(self) -> dict[str, Any]:
-        """The configuration with every default filled in (what the hash covers)."""
+        """The configuration with every default filled in (what the hash covers), but
+        the stage options marked ``HASHED_ONLY_WHEN_SET`` that hold their defaults."""
         resolved = {
             "name": self.name,
             "output_dtype": self.output_dtype,

@@ -263,6 +263,7 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
         "clip_range": [low, high],
         # float32 v < low exactly when v < (the float32 just at or above low): counted
         # in float32, as the values are, with the float64 bound's exact meaning.
+        # With clip: false, the voxels beyond the range that a later clip_to clips.
         "clipped_low": int(np.count_nonzero(values < _float32_above(low))),
         "clipped_high": int(np.count_nonzero(values > _float32_below(high))),
     }
@@ -306,9 +307,10 @@ def normalize(volume: Volume, params: NormalizeParams) -> StageOutput:
         out = _scaled(source, low, high, offset, scale, params.clip)
         if params.invalid_value is None and not finite_everywhere:
             out[~finite] = 0.0
-    if params.mode == "conform" and params.clip:
-        # float32 rounding of the scale may overshoot 255 by an ulp.
-        np.clip(out, 0.0, CONFORM_MAX, out=out)
+    if params.mode == "conform":
+        if params.clip:
+            # float32 rounding of the scale may overshoot 255 by an ulp.
+            np.clip(out, 0.0, CONFORM_MAX, out=out)
         # FastSurfer maps zero to zero (usually background) whatever the range's start.
         out[(data == 0) & usable] = 0.0
     metrics.update(output_min=float(out.min()), output_max=float(out.max()))

@@ -109,6 +109,16 @@ class ThickSlices:
                               for e in entries]
         self.planes = (self.stored_planes if padded_size is None
                        else [(padded_size, padded_size)] * len(entries))
+        cut = [f"{e.finding_name} ({rows}x{cols})" for e, (rows, cols)
+               in zip(entries, self.stored_planes) if padded_size is not None
+               and max(rows, cols) > padded_size]
+        if cut:
+            # FastSurfer cuts such slices too, silently; here they are named.
+            warnings.warn(f"padded_size={padded_size} cuts the {view} slices of "
+                          f"{len(cut)} entries of split {split!r} to their first "
+                          f"{padded_size} rows and columns: {', '.join(cut[:8])}"
+                          f"{' ...' if len(cut) > 8 else ''}; raise padded_size to the "
+                          "largest size to keep every voxel", stacklevel=4)
         self.zooms = [view_zoom(e.spacing or (1.0, 1.0, 1.0), view) for e in entries]
         self.ctx_thresh = cortex_threshold(table, view)
         self.factors = region_factors_for(table, view, weights.region_weights)

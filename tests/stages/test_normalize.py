@@ -227,3 +227,8 @@ def test_conform_without_clipping_leaves_the_clip_to_a_later_step(head):
     np.testing.assert_allclose(np.clip(unclipped.data, 0, 255), clipped.data, atol=1e-3)
     with pytest.raises(PipelineConfigError, match="applies to mode: conform"):
         NormalizeParams(mode="zscore", clip=False)
+    # Zero stays zero, as FastSurfer maps it, when the range starts below zero too.
+    data = head.data - np.float32(20.0)
+    data[:4] = 0.0
+    out = normalize(head.replace(data=data), mode="conform", clip=False)
+    assert data.min() < 0 and out.data[:4].max() == 0.0  # not (0 - min) * scale > 0

@@ -247,3 +247,7 @@ def test_a_mixed_resolution_cohort_batches_padded_as_fastsurfer_pads(tmp_path):
     assert sorted({round(z, 4) for z in batch["zoom"][:, 0].tolist()}) == [0.8, 1.0]
     with pytest.raises(ValueError, match="padded_size"):
         MRIDataset(root, "train", view="coronal", padded_size=0, **THICK)
+    with pytest.warns(UserWarning, match=r"cuts the coronal slices of 1 entries.*sub-01"):
+        cut = MRIDataset(root, "train", view="coronal", derived_dir=tmp_path / "d",
+                         padded_size=80, **THICK)
+    assert cut[fine[0]]["label"].shape == (80, 80)

@@ -206,6 +206,11 @@ class ResampleParams:
                 "size in (0, 1] mm that applies to spacing: min; got "
                 f"{self.to_1mm_threshold} with spacing {self.spacing}"
             )
+        if self.voxel_size_from != "acquired" and self.spacing != "min":
+            raise PipelineConfigError(
+                "resample: voxel_size_from chooses where spacing: min reads the voxel "
+                f"sizes; with spacing {list(self.spacing)} it does nothing: remove it"
+            )
         if self.clip_to is not None and not (
                 np.all(np.isfinite(self.clip_to)) and self.clip_to[0] < self.clip_to[1]):
             raise PipelineConfigError(
@@ -441,17 +446,36 @@ def _target_size(volume: Volume, params: ResampleParams):
     return spacing, shape, sizing, warnings
 
 
+# A measured size is known to about 6% (docs/benchmarks.md, row 46) and acquisitions are
+# prescribed in tenths of a millimetre: a measured size is rounded to one.
+_MEASURED_SIZE_STEP_MM = 0.1
+
+
 def _carried_sizes(volume: Volume) -> tuple[float, float, float]:
     """Per voxel axis, the voxel size to conform from: the header's, except on an axis
     where the image carries a resolution at least ``CLAIMED_FINER_RATIO`` times coarser
-    than the header claims, which takes the measured one."""
+    than the header claims, which takes the measured one, rounded to a tenth of a mm.
+
+    The plausibility stage's measure is used where it ran on this grid, so that its
+    warning, the check's finding and this choice rest on one measurement; otherwise
+    the image is measured here.
+    """
     from mriprep.stages.acquired_resolution import CLAIMED_FINER_RATIO, acquired_resolution
 
-    found = acquired_resolution(volume.data, volume.spacing, volume.valid)
-    falsely_fine = found.falsely_fine_axes(CLAIMED_FINER_RATIO)
+    record = volume.record_of("plausibility")
+    metrics = record.metrics if record is not None else {}
+    claimed = metrics.get("voxel_size_mm")
+    if (claimed is None or "acquired_resolution_mm" not in metrics
+            or not np.allclose(sorted(claimed), sorted(volume.spacing), atol=1e-3)):
+        found = acquired_resolution(volume.data, volume.spacing, volume.valid)
+        claimed, acquired = volume.spacing, found.sizes_mm
+        falsely_fine = found.falsely_fine_axes(CLAIMED_FINER_RATIO)
+    else:
+        acquired, falsely_fine = metrics["acquired_resolution_mm"], metrics["falsely_fine_axes"]
+    step = _MEASURED_SIZE_STEP_MM
     return tuple(
-        float(acquired) if axis in falsely_fine else float(claimed)
-        for axis, (claimed, acquired) in enumerate(zip(volume.spacing, found.sizes_mm))
+        round(float(size) / step) * step if axis in falsely_fine else float(claim)
+        for axis, (claim, size) in enumerate(zip(claimed, acquired))
     )
 
 
@@ -473,6 +497,8 @@ def _already_conformed(volume: Volume, params: ResampleParams, spacing,
                           params.orientation, strict=params.axis_aligned):
         return None
     data = _finite_data(volume, params)
+    if params.clip_to is not None:
+        data = np.clip(data, np.float32(params.clip_to[0]), np.float32(params.clip_to[1]))
     out = volume.replace(data=data) if data is not volume.data else volume
     valid = out.valid
     metrics = {

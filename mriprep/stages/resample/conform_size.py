@@ -111,5 +111,6 @@ def experimental_note(voxel_size: float) -> str | None:
         return (f"conformed to {voxel_size} mm: FastSurfer supports {SUPPORTED_MIN_VOXEL_MM}"
                 f"-1 mm and calls finer voxels experimental; a network trained at "
                 f"{SUPPORTED_MIN_VOXEL_MM}-1 mm will see structures larger than it learned "
-                "them (set the resample step's spacing to 0.7 to serve the scan at 0.7 mm)")
+                "them (in a copy of the pipeline, set the resample step's spacing to 0.7 "
+                "and remove its to_1mm_threshold to serve the scan at 0.7 mm)")
     return None

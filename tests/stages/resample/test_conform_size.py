@@ -8,14 +8,13 @@ whole pipeline is tests/demo/test_conform_min_fidelity.py.
 
 from __future__ import annotations
 
-import os
-
 import nibabel as nib
 import numpy as np
 import pytest
 
 from mriprep.core.errors import PipelineConfigError
 from mriprep.core.volume import Volume
+from mriprep.demo.fastsurfer_checkout import HOW_TO_ENABLE, fastsurfer_module
 from mriprep.pipelines import load_pipeline
 from mriprep.stages import get_stage
 from mriprep.stages.resample import ResampleParams
@@ -65,13 +64,10 @@ def test_the_image_size_covers_the_largest_field_of_view():
     assert conformed_image_size((300, 300, 300), (1.0, 1.0, 1.0), 1.0) == 256
 
 
-def test_fastsurfers_own_rules_agree_on_many_headers(monkeypatch):
-    checkout = os.environ.get("MRIPREP_FASTSURFER")
-    if not checkout:
-        pytest.skip("set MRIPREP_FASTSURFER to a FastSurfer checkout (.ci/run does) to "
-                    "compare with FastSurfer's own get_conformed_vox_img_size")
-    monkeypatch.syspath_prepend(checkout)
-    conform = pytest.importorskip("FastSurferCNN.data_loader.conform")
+def test_fastsurfers_own_rules_agree_on_many_headers():
+    conform = fastsurfer_module("FastSurferCNN.data_loader.conform")
+    if conform is None:
+        pytest.skip(HOW_TO_ENABLE)
     rng = np.random.default_rng(0)
     for _ in range(300):
         sizes = rng.choice([0.5, 0.6, 0.7, 0.75, 0.8, 0.833333, 0.9, 0.94, 0.98, 0.99,
@@ -90,6 +86,7 @@ def test_fastsurfers_own_rules_agree_on_many_headers(monkeypatch):
     (dict(spacing=(0.8, 0.8, 1.0), shape="fov"), "isotropic"),
     (dict(spacing=1.2, shape="fov"), "(0, 1.0] mm"),
     (dict(spacing=(1.0, 1.0, 1.0), to_1mm_threshold=0.98), "applies to spacing: min"),
+    (dict(spacing=0.8, voxel_size_from="header"), "does nothing: remove it"),
     (dict(spacing="min", to_1mm_threshold=1.5), "(0, 1] mm"),
     (dict(clip_to=(255.0, 0.0)), "low < high"),
 ])
@@ -162,8 +159,9 @@ def test_min_takes_the_resolution_the_image_carries_not_a_false_claim():
                             axis_aligned=True, centre="freesurfer", snap_to_input=False)
     out = get_stage("resample")(volume, params)
     record = out.record_of("resample")
-    assert record.metrics["voxel_size_rule"]["acquired_mm"][0] >= 0.75
-    assert out.spacing[0] >= 0.75 and out.shape == (256,) * 3
+    assert record.metrics["voxel_size_rule"]["acquired_mm"] == [1.0, 1.0, 1.0]
+    np.testing.assert_allclose(out.spacing, (1.0, 1.0, 1.0))
+    assert out.shape == (256,) * 3
     assert any("claims 0.5 mm" in w for w in record.warnings)
     as_claimed = get_stage("resample")(volume, params, voxel_size_from="header")
     assert as_claimed.spacing[0] == pytest.approx(0.5)
