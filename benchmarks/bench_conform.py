@@ -128,10 +128,8 @@ def min_rows() -> list[dict[str, Any]]:
     0.98) from its checkout, on the cases of the fidelity test; [] without one."""
     from mriprep.demo.fastsurfer_checkout import (
         MIN_FIDELITY_CASES,
-        fastsurfer_conform_min,
+        compare_with_fastsurfer,
         fastsurfer_module,
-        header_pipeline,
-        min_agreement,
         min_fidelity_scan,
     )
 
@@ -143,18 +141,10 @@ def min_rows() -> list[dict[str, Any]]:
         if found is None:
             continue
         data, affine, _ = found
-        start = time.perf_counter()
-        volume = run_stages(Volume.from_array(data, affine, subject_id="c"),
-                            header_pipeline())
-        ours = output_tensors(volume, "uint8")["image"]
-        ours_s = time.perf_counter() - start
-        start = time.perf_counter()
-        theirs, their_affine = fastsurfer_conform_min(data, affine)
-        theirs_s = time.perf_counter() - start
-        agreed = min_agreement(ours, volume.affine, volume.valid, theirs, their_affine)
-        rows.append({"scan": case, "voxel_mm": round(float(volume.spacing[0]), 4),
-                     "side": int(ours.shape[0]), **dataclasses.asdict(agreed),
-                     "mriprep_s": ours_s, "fastsurfer_s": theirs_s})
+        got = compare_with_fastsurfer(data, affine)
+        rows.append({"scan": case, "voxel_mm": round(float(got.volume.spacing[0]), 4),
+                     "side": int(got.ours.shape[0]), **dataclasses.asdict(got.agreement),
+                     "mriprep_s": got.mriprep_s, "fastsurfer_s": got.fastsurfer_s})
         print(f"  {case}", flush=True)
     return rows
 

@@ -171,3 +171,35 @@ def min_fidelity_scan(case: str):
     pose = random_pose(rng, 10.0, 10.0) if tilt else np.eye(4)
     scan = acquire(anatomy, pose, Acquisition(spacing=spacing, tilt_deg=tilt), rng)
     return scan.data, scan.affine, min(spacing)
+
+
+@dataclass(frozen=True)
+class MinComparison:
+    """One scan through :func:`header_pipeline` and FastSurfer's conform."""
+
+    volume: object         # mriprep's Volume after the pipeline
+    ours: np.ndarray       # its cached uint8 image
+    theirs: np.ndarray     # FastSurfer's
+    agreement: MinAgreement
+    mriprep_s: float
+    fastsurfer_s: float
+
+
+def compare_with_fastsurfer(data: np.ndarray, affine: np.ndarray) -> MinComparison:
+    """Run ``conform_min`` as compared (:func:`header_pipeline`) and FastSurfer's own
+    conform on one image, and compare them (:func:`min_agreement`); both timed."""
+    import time
+
+    from mriprep.core.volume import Volume
+    from mriprep.pipelines import run_stages
+    from mriprep.run.subject import output_tensors
+
+    start = time.perf_counter()
+    volume = run_stages(Volume.from_array(data, affine, subject_id="c"), header_pipeline())
+    ours = output_tensors(volume, "uint8")["image"]
+    mriprep_s = time.perf_counter() - start
+    start = time.perf_counter()
+    theirs, their_affine = fastsurfer_conform_min(data, affine)
+    fastsurfer_s = time.perf_counter() - start
+    agreement = min_agreement(ours, volume.affine, volume.valid, theirs, their_affine)
+    return MinComparison(volume, ours, theirs, agreement, mriprep_s, fastsurfer_s)

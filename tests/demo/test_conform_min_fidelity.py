@@ -14,38 +14,31 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mriprep.core.volume import Volume
 from mriprep.demo.calibration import person
 from mriprep.demo.fastsurfer_checkout import (
     HOW_TO_ENABLE,
     MIN_FIDELITY_CASES,
-    fastsurfer_conform_min,
+    compare_with_fastsurfer,
     fastsurfer_module,
-    header_pipeline,
-    min_agreement,
     min_fidelity_scan,
 )
 from mriprep.demo.real_scans import HOW_TO_GET
 from mriprep.demo.scanner import Acquisition, acquire, random_pose
-from mriprep.pipelines import run_stages
-from mriprep.run.subject import output_tensors
 from tests.stages.conftest import TEST_PERSON
 
 pytestmark = pytest.mark.xdist_group("conform_min_fidelity")
 
 
 @pytest.fixture(scope="module")
-def fastsurfer_conform():
+def fastsurfer():
+    """Skips the module where FastSurfer's checkout is not at hand."""
     if fastsurfer_module("FastSurferCNN.data_loader.conform") is None:
         pytest.skip(HOW_TO_ENABLE)
-    return fastsurfer_conform_min
 
 
-def _check(data, affine, fastsurfer_conform, expected_size: float):
-    volume = run_stages(Volume.from_array(data, affine, subject_id="c"), header_pipeline())
-    ours = output_tensors(volume, "uint8")["image"]
-    theirs, their_affine = fastsurfer_conform(data, affine)
-    found = min_agreement(ours, volume.affine, volume.valid, theirs, their_affine)
+def _check(data, affine, expected_size: float):
+    got = compare_with_fastsurfer(data, affine)
+    volume, ours, theirs, found = got.volume, got.ours, got.theirs, got.agreement
     assert found.same_grid, (ours.shape, theirs.shape, found.max_affine_mm)
     assert volume.spacing[0] == pytest.approx(expected_size)
     assert found.equal >= 0.995 and found.within_one == 1.0, found
@@ -56,18 +49,18 @@ def _check(data, affine, fastsurfer_conform, expected_size: float):
     assert not theirs[~volume.valid].any()
 
 
-def test_a_tilted_08mm_scan_of_a_synthetic_person(fastsurfer_conform):
+def test_a_tilted_08mm_scan_of_a_synthetic_person(fastsurfer):
     rng = np.random.default_rng([TEST_PERSON, 48])
     scan = acquire(person(TEST_PERSON), random_pose(rng, 10.0, 10.0),
                    Acquisition(spacing=(0.8, 0.8, 0.8), tilt_deg=12.0), rng)
-    _check(scan.data, scan.affine, fastsurfer_conform, 0.8)
+    _check(scan.data, scan.affine, 0.8)
 
 
 @pytest.mark.calibration  # real heads on 256-390 voxel cubes: seconds each
 @pytest.mark.parametrize("case", MIN_FIDELITY_CASES)
-def test_real_scans(fastsurfer_conform, case):
+def test_real_scans(fastsurfer, case):
     found = min_fidelity_scan(case)
     if found is None:
         pytest.skip(HOW_TO_GET)
     data, affine, size = found
-    _check(data, affine, fastsurfer_conform, size)
+    _check(data, affine, size)
