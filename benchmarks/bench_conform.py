@@ -151,15 +151,15 @@ def min_rows() -> list[dict[str, Any]]:
 
 def format_min_table(rows: list[dict[str, Any]]) -> str:
     lines = ["conform_min against FastSurfer's own conform (--vox_size min, threshold 0.98);"
-             " equal and <=1 over the valid voxels but the field of view's outermost layer"
-             " (edge), of which '>1' differ by more than a grey level",
+             " equal and <=1 over all the valid voxels, the field of view's edge included;"
+             " 'inv>0': voxels held invalid where FastSurfer's image is not 0",
              f"{'scan':30s} {'mm':>6s} {'side':>5s} {'grid':>5s} {'equal':>9s} {'<=1':>8s} "
-             f"{'max':>4s} {'edge':>7s} {'>1':>6s} {'mriprep_s':>9s} {'fs_s':>6s}"]
+             f"{'max':>4s} {'inv>0':>6s} {'mriprep_s':>9s} {'fs_s':>6s}"]
     for r in rows:
         lines.append(
             f"{r['scan']:30s} {r['voxel_mm']:6.4g} {r['side']:5d} "
             f"{'same' if r['same_grid'] else 'DIFF':>5s} {r['equal']:9.4%} "
-            f"{r['within_one']:8.4%} {r['max_abs']:4d} {r['edge']:7d} {r['edge_differ']:6d} "
+            f"{r['within_one']:8.4%} {r['max_abs']:4d} {r['invalid_nonzero']:6d} "
             f"{r['mriprep_s']:9.2f} {r['fastsurfer_s']:6.2f}")
     if rows:
         lines.append(f"   worst: equal {min(r['equal'] for r in rows):.4%}, within one "

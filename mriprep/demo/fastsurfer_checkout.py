@@ -5,12 +5,12 @@ FastSurfer is not on PyPI. Where a checkout of its ``FastSurferCNN`` is at hand
 this repository), the tests and ``make bench`` run its ``conform`` itself rather than a
 restatement of it. Nothing here is used by the pipeline.
 
-The comparison (:func:`min_agreement`) is over the voxels ``conform_min`` holds valid,
-less the field of view's outermost layer: where the output grid meets the scan's edge
-plane exactly, a round-off of 1e-7 voxel decides between the edge slice's value
-(mriprep's resampler, which accepts positions within 1e-6 voxel of the field of view)
-and background (scipy's ``affine_transform``, FastSurfer's). Those voxels are counted
-apart.
+The comparison (:func:`min_agreement`) is over every voxel ``conform_min`` holds valid,
+the field of view's outermost layer included, and counts the voxels it holds invalid
+where FastSurfer's image is not 0. The edge planes where the output grid meets the
+scan's last slice within round-off agree since ``conform_min`` computes its grid and
+interpolation as FastSurfer does (``arithmetic: fastsurfer``,
+:mod:`mriprep.stages.resample.fastsurfer_path`).
 """
 
 from __future__ import annotations
@@ -77,34 +77,28 @@ class MinAgreement:
 
     same_grid: bool        # shape equal and affines within 1e-4 mm
     max_affine_mm: float
-    compared: int          # valid voxels, less the edge layer
-    edge: int              # the field of view's outermost layer, counted apart
-    edge_differ: int       # of it, voxels more than one grey level apart
+    compared: int          # the valid voxels
     equal: float           # share of the compared voxels equal
     within_one: float      # share within one grey level
     max_abs: int
+    invalid_nonzero: int   # voxels held invalid where FastSurfer's image is not 0
 
 
 def min_agreement(ours: np.ndarray, affine: np.ndarray, valid: np.ndarray,
                   theirs: np.ndarray, their_affine: np.ndarray) -> MinAgreement:
     """Compare voxel by voxel on the same grid (module doc); a different grid gives
     ``same_grid`` False and no voxel compared."""
-    from scipy.ndimage import binary_dilation
-
     affine = np.asarray(affine, dtype=np.float64)
     gap = float(np.abs(affine - their_affine).max()) if affine.shape == (4, 4) else np.inf
     if ours.shape != theirs.shape or not gap < 1e-4:
-        return MinAgreement(False, gap, 0, 0, 0, 0.0, 0.0, -1)
-    edge = valid & binary_dilation(~valid)
-    compared = valid & ~edge
-    diff = np.abs(ours[compared].astype(np.int16) - theirs[compared].astype(np.int16))
-    edge_diff = np.abs(ours[edge].astype(np.int16) - theirs[edge].astype(np.int16))
+        return MinAgreement(False, gap, 0, 0.0, 0.0, -1, -1)
+    diff = np.abs(ours[valid].astype(np.int16) - theirs[valid].astype(np.int16))
     n = max(diff.size, 1)
-    return MinAgreement(True, gap, int(diff.size), int(np.count_nonzero(edge)),
-                        int(np.count_nonzero(edge_diff > 1)),
+    return MinAgreement(True, gap, int(diff.size),
                         float(np.count_nonzero(diff == 0) / n),
                         float(np.count_nonzero(diff <= 1) / n),
-                        int(diff.max()) if diff.size else 0)
+                        int(diff.max()) if diff.size else 0,
+                        int(np.count_nonzero(theirs[~valid])))
 
 
 @functools.lru_cache(maxsize=1)

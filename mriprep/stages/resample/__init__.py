@@ -69,7 +69,9 @@ The paths
     axis-aligned map (:mod:`~mriprep.stages.resample.separable`), SimpleITK's resampler
     for a rotating map with trilinear images and nearest labels
     (:mod:`~mriprep.stages.resample.itk_path`), and otherwise the general path
-    (:mod:`~mriprep.stages.resample.general`).
+    (:mod:`~mriprep.stages.resample.general`). With ``arithmetic: fastsurfer`` the grid's
+    affine and the interpolation are FastSurfer's own computations instead
+    (:mod:`~mriprep.stages.resample.fastsurfer_path`, which says why).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ from mriprep.stages.resample.conform_size import (
     voxel_size_problem,
 )
 from mriprep.stages.resample.conformed import conform_mismatches, stored_dtype
+from mriprep.stages.resample.fastsurfer_path import fastsurfer_affine, resample_as_fastsurfer
 from mriprep.stages.resample.general import resample_arrays
 from mriprep.stages.resample.grid import (
     crop_or_pad,
@@ -141,6 +144,13 @@ class ResampleParams:
         The image is clipped to this range after interpolating: FastSurfer clips its
         conformed image to 0-255 after interpolating, which a ``normalize`` step with
         ``clip: false`` leaves to this one.
+    arithmetic : {"mriprep", "fastsurfer"}
+        ``fastsurfer`` computes the grid's affine and the interpolation as FastSurfer's
+        conform does (float32 MGH header fields; ``scipy.ndimage.affine_transform``
+        with its matrix), so that the planes where the grid meets the scan's edge within
+        round-off are inside or outside as FastSurfer has them
+        (:mod:`~mriprep.stages.resample.fastsurfer_path`). Needs ``axis_aligned``,
+        ``centre: freesurfer``, ``snap_to_input: false``, ``linear`` and ``nearest``.
     anisotropy_threshold : float
         Largest/smallest input spacing above which a ``bspline`` image is interpolated
         cubic in-plane and linear along the thick axis.
@@ -171,6 +181,8 @@ class ResampleParams:
     snap_to_input: bool = field(default=True, metadata={HASHED_ONLY_WHEN_SET: True})
     clip_to: tuple[float, float] | None = field(
         default=None, metadata={HASHED_ONLY_WHEN_SET: True})
+    arithmetic: Literal["mriprep", "fastsurfer"] = field(
+        default="mriprep", metadata={HASHED_ONLY_WHEN_SET: True})
 
     def __post_init__(self):
         if self.orientation is not None:
@@ -216,10 +228,28 @@ class ResampleParams:
             raise PipelineConfigError(
                 f"resample: clip_to must be [low, high] with low < high, got {self.clip_to}"
             )
+        if self.arithmetic == "fastsurfer":
+            self._check_fastsurfer_arithmetic()
         if not self.anisotropy_threshold >= 1:
             raise PipelineConfigError(
                 "resample: anisotropy_threshold is a ratio of spacings and must be at "
                 f"least 1, got {self.anisotropy_threshold}"
+            )
+
+    def _check_fastsurfer_arithmetic(self):
+        """``arithmetic: fastsurfer`` reproduces FastSurfer's conform, which has one
+        grid convention and one interpolation: anything else is refused."""
+        needed = {"axis_aligned": True, "centre": "freesurfer", "snap_to_input": False,
+                  "interpolation": "linear", "label_interpolation": "nearest"}
+        wrong = [f"{name}: {getattr(self, name)}" for name, value in needed.items()
+                 if getattr(self, name) != value]
+        if wrong:
+            raise PipelineConfigError(
+                "resample: arithmetic fastsurfer computes FastSurfer's conform (strict "
+                "LIA-like axes, centred at c_ras, never snapped, trilinear, nearest "
+                f"labels); it needs axis_aligned: true, centre: freesurfer, snap_to_input: "
+                f"false, interpolation: linear, label_interpolation: nearest; got "
+                f"{', '.join(wrong)}"
             )
 
     def _check_fastsurfer_cube(self):
@@ -316,12 +346,15 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         return conformed
     # FreeSurfer's c_ras is a voxel of the stored grid: taken before any reordering.
     centre = grid_centre(volume.affine, volume.shape, params.centre)
+    # FastSurfer's arithmetic maps from the stored voxels too (fastsurfer_path).
+    stored = volume
+    as_fastsurfer = params.arithmetic == "fastsurfer"
     if params.orientation is not None:
         if volume.pending is not None:
             raise StageError("resample", _orientation_conflict(params.orientation), volume.name)
         # Views: the output grid is written below in one pass, reordering included.
         volume = reoriented(volume, params.orientation, contiguous=False)
-    data = _finite_data(volume, params)
+    data = _finite_data(stored if as_fastsurfer else volume, params)
     pending = volume.pending
     snap = None
     if pending is not None:
@@ -333,6 +366,9 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         out_shape, out_affine = target_grid(
             volume.affine, volume.shape, spacing, shape, directions, centre
         )
+        if as_fastsurfer:
+            out_affine = fastsurfer_affine(stored.affine, stored.shape, out_shape, spacing,
+                                           directions)
         if params.snap_to_input:
             snap = snap_to_input_lattice(volume.affine, volume.spacing, out_affine, spacing)
         if snap is not None:
@@ -341,7 +377,9 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
         grid_source = "spacing"
     vox_map = np.linalg.inv(volume.affine) @ world_map @ out_affine
     thick = anisotropic_axis(volume.spacing, params.anisotropy_threshold)
-    if snap is not None:
+    if as_fastsurfer:
+        kernel = Kernel("fastsurfer")
+    elif snap is not None:
         kernel = Kernel("crop_pad")
     elif index_map(vox_map):
         vox_map = np.rint(vox_map)
@@ -353,7 +391,10 @@ def resample(volume: Volume, params: ResampleParams) -> StageOutput:
     else:
         kernel = Kernel("cubic")
     sources = axis_sources(vox_map, out_shape) if kernel.kind in ("copy", "linear") else None
-    if snap is not None:
+    if as_fastsurfer:
+        data, valid, label, outside = resample_as_fastsurfer(stored, data, out_affine,
+                                                             out_shape)
+    elif snap is not None:
         # The snapped affine is the input's translated by whole voxels: the map is the
         # identity plus that translation, up to round-off.
         offset = np.rint(vox_map[:3, 3])

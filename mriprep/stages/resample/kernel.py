@@ -50,7 +50,7 @@ class Kernel:
     """How the image is interpolated: exact copy, trilinear, cubic, or cubic in-plane
     with linear along ``thick_axis``."""
 
-    kind: Literal["crop_pad", "copy", "linear", "cubic", "cubic_inplane"]
+    kind: Literal["crop_pad", "copy", "linear", "cubic", "cubic_inplane", "fastsurfer"]
     thick_axis: int | None = None
 
     def describe(self) -> str:
@@ -60,4 +60,6 @@ class Kernel:
             "linear": "trilinear",
             "cubic": "cubic B-spline",
             "cubic_inplane": f"cubic B-spline in-plane, linear along axis {self.thick_axis}",
+            "fastsurfer": "trilinear, FastSurfer's call (scipy.ndimage.affine_transform, "
+                          "constant mode) on its float32 grid",
         }[self.kind]
