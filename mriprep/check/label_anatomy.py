@@ -25,6 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import ndimage
+from scipy.spatial import cKDTree
+
+from mriprep.check.label_pieces import cut, face_surface
+from mriprep.core.boxes import nonzero_box
 
 # Share of the way from the background to the 99.5th percentile from which a voxel is
 # head: above a T1's background noise (a few percent), below any tissue.
@@ -36,7 +40,6 @@ MAX_OUTSIDE_MM3 = 200.0
 ENVELOPE_MM = 5.0
 # The measures' grid: every STEP-th voxel along each axis, each standing for STEP^3.
 STEP = 2
-_CONNECTIVITY = np.ones((3, 3, 3), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -96,16 +99,22 @@ def anatomy_and_where(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 
     reading = AnatomyReading(int(outside.sum()) * scale, float(labelled.sum()) * scale,
                              _largest_at(outside), int(off_brain.sum()) * scale,
                              _largest_at(off_brain))
-    return reading, {"outside": np.argwhere(outside) * STEP,
-                     "off_brain": np.argwhere(off_brain) * STEP}
+    return reading, {"outside": _voxels(outside, reading.outside_mm3),
+                     "off_brain": _voxels(off_brain, reading.off_brain_mm3)}
+
+
+def _voxels(found: np.ndarray, volume: float) -> np.ndarray:
+    """The full grid's indices of ``found`` (one row each); a clean map's are none, and
+    its volume says so without a pass over the grid."""
+    return np.argwhere(found) * STEP if volume else np.empty((0, 3), dtype=np.intp)
 
 
 def _fill_holes(mask: np.ndarray) -> np.ndarray:
     """``mask`` with its holes filled, as :func:`scipy.ndimage.binary_fill_holes` fills
     them (a hole: a part of the complement, face-connected, that touches no face of the
-    array), from one labelling of the complement instead of a propagation."""
-    parts, count = ndimage.label(~mask)
-    reaches_face = np.zeros(count + 1, dtype=bool)
+    array), from one cut of the complement instead of a propagation."""
+    parts = cut(~mask, connectivity=6).numbers
+    reaches_face = np.zeros(int(parts.max()) + 1, dtype=bool)
     for axis in range(mask.ndim):
         ends = np.moveaxis(parts, axis, 0)
         reaches_face[ends[0]] = True
@@ -132,17 +141,18 @@ def _beyond(candidates: np.ndarray, region: np.ndarray, voxels: int) -> np.ndarr
 def _off_brain(labelled: np.ndarray, voxel_mm: float) -> np.ndarray:
     """Labelled voxels more than :data:`ENVELOPE_MM` from the largest labelled mass,
     measured inside the labelled voxels' box (the mass is in it, so is everything
-    nearest to it)."""
-    box = ndimage.find_objects(labelled.view(np.uint8))[0]
+    nearest to it), against the mass's surface (:func:`face_surface`)."""
+    box = nonzero_box(labelled)
     inside = labelled[box]
-    parts, count = ndimage.label(inside, structure=_CONNECTIVITY)
-    if count < 2:
-        return np.zeros_like(labelled)
-    sizes = np.bincount(parts.ravel())
-    sizes[0] = 0
-    brain = parts == int(np.argmax(sizes))
+    pieces = cut(inside, connectivity=26)
     out = np.zeros_like(labelled)
-    out[box] = inside & (ndimage.distance_transform_edt(~brain) * voxel_mm > ENVELOPE_MM)
+    if len(pieces.size) < 3:  # one piece or none
+        return out
+    brain = pieces.numbers == pieces.largest()
+    others = np.argwhere(inside & ~brain)
+    distance, _ = cKDTree(face_surface(brain)).query(others)
+    far = others[distance * voxel_mm > ENVELOPE_MM]
+    out[box][tuple(far.T)] = True
     return out
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
-from scipy import ndimage
 from scipy.spatial import cKDTree
 
-from mriprep.check.label_boxes import structure_boxes
+from mriprep.check.label_boxes import labelled_box, structure_boxes
+from mriprep.check.label_pieces import Pieces, cut, face_surface, first_reached
 
 FAR_MM = 10.0
 SPECK_MM3 = 8.0
@@ -37,7 +37,6 @@ SHOWN = 5
 _FEW_SPECKS = 256
 # Speck voxels times body voxels measured at once in a speck's box, at most.
 _PAIRS = 1_000_000
-_CONNECTIVITY = np.ones((3, 3, 3), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -74,9 +73,9 @@ def read_islands(labels: np.ndarray, spacing: Sequence[float] = (1.0, 1.0, 1.0),
     in the verdict; ``boxes`` are the map's :func:`structure_boxes` when the caller has
     them already.
 
-    Each structure is cut into pieces inside its own box; only a structure with more
-    than one piece, and a piece small enough to be a speck, is measured further, around
-    its specks only."""
+    The labelled box is cut into pieces once, every structure at a time
+    (:func:`mriprep.check.label_pieces.cut`); only a structure with a piece small enough
+    to be a speck besides its body is measured further, around its specks only."""
     labels = np.asarray(labels)
     spacing = tuple(float(s) for s in spacing)
     voxel_mm3 = float(np.prod(spacing))
@@ -86,45 +85,74 @@ def read_islands(labels: np.ndarray, spacing: Sequence[float] = (1.0, 1.0, 1.0),
     if speck_voxels < 1 or labels.max(initial=0) <= 0:
         return IslandReading(scattered, dict(names or {}))
     values = labels if labels.dtype.kind in "iu" else labels.astype(np.int64)
-    for index, box in enumerate(structure_boxes(values) if boxes is None else boxes):
-        value = index + 1
-        if box is None:
-            continue
-        structure = values[box] == value
-        voxels = int(np.count_nonzero(structure))
-        if voxels * voxel_mm3 < MIN_STRUCTURE_MM3:
-            continue
-        pieces, count = _pieces(structure)
-        if count < 2:
-            scattered[value] = 0.0
-            continue
-        sizes = np.bincount(pieces.ravel())
-        sizes[0] = 0
-        specks = np.flatnonzero((sizes > 0) & (sizes <= speck_voxels))
-        if specks.size == 0:
-            scattered[value] = 0.0
-            continue
-        far = _far_voxels(pieces, int(np.argmax(sizes)), specks, spacing)
-        scattered[value] = len(far) / voxels
+    boxes = structure_boxes(values) if boxes is None else boxes
+    labelled = labelled_box(boxes)
+    pieces = cut(values[labelled])
+    inside = [None if box is None else _inside(box, labelled) for box in boxes]
+    structure_voxels = np.bincount(pieces.value, weights=pieces.size,
+                                   minlength=len(boxes) + 1)
+    judged = structure_voxels * voxel_mm3 >= MIN_STRUCTURE_MM3
+    judged[0] = False
+    bodies = _bodies(pieces, inside)
+    is_speck = (pieces.size <= speck_voxels) & judged[pieces.value]
+    is_speck[bodies] = False  # a structure's body is never its own speck
+    specks: dict[int, list[np.ndarray]] = {}
+    for piece, voxels in _speck_voxels(pieces.numbers, is_speck).items():
+        specks.setdefault(int(pieces.value[piece]), []).append(voxels)
+    for value in np.flatnonzero(judged):
+        value = int(value)
+        own = specks.get(value)
+        far = (_far_voxels(pieces.numbers, int(bodies[value]), own, spacing,
+                           inside[value - 1]) if own else ())
+        scattered[value] = len(far) / int(structure_voxels[value])
         if scattered[value] > MAX_SCATTERED:
-            where[value] = far + np.array([s.start for s in box])
+            where[value] = far + np.array([s.start for s in labelled])
     return IslandReading(scattered, dict(names or {}), where)
 
 
-def _pieces(structure: np.ndarray) -> tuple[np.ndarray, int]:
-    """The 26-connected pieces of ``structure`` and their number, numbered in 16 bits
-    while they fit (the numbering is written for every voxel of the box: half the bytes
-    of 32; measured in docs/benchmarks.md, row 42)."""
-    try:
-        return ndimage.label(structure, structure=_CONNECTIVITY, output=np.uint16)
-    except RuntimeError:  # more than 65,535 pieces
-        return ndimage.label(structure, structure=_CONNECTIVITY)
+def _inside(box: tuple[slice, ...], outer: tuple[slice, ...]) -> tuple[slice, ...]:
+    """``box``, a box of the map, in the indices of its part ``outer``."""
+    return tuple(slice(b.start - o.start, b.stop - o.start) for b, o in zip(box, outer))
 
 
-def _far_voxels(pieces: np.ndarray, body_piece: int, specks: np.ndarray,
-                spacing: tuple[float, ...]) -> np.ndarray:
-    """The voxels (indices in ``pieces``, one row each) of the ``specks`` pieces with no
-    voxel of the body nearer than :data:`FAR_MM`.
+def _bodies(pieces: Pieces, boxes: Sequence[tuple[slice, ...] | None]) -> np.ndarray:
+    """Each label value's body, its largest piece (``bodies[value]``, 0 where absent;
+    ties: :func:`first_reached` in the value's box, ``boxes`` being in the cut's
+    indices)."""
+    bodies = np.zeros(len(boxes) + 1, dtype=np.int64)
+    order = np.lexsort((-pieces.size, pieces.value))  # by value, the largest piece first
+    value = pieces.value[order]
+    starts = np.flatnonzero(np.r_[True, value[1:] != value[:-1]])
+    for start, stop in zip(starts, np.r_[starts[1:], len(order)]):
+        if value[start] <= 0:
+            continue
+        group = order[start:stop]
+        largest = group[pieces.size[group] == pieces.size[group[0]]]
+        bodies[value[start]] = (largest[0] if len(largest) == 1 else first_reached(
+            pieces.numbers[boxes[value[start] - 1]], largest))
+    return bodies
+
+
+def _speck_voxels(pieces: np.ndarray, is_speck: np.ndarray) -> dict[int, np.ndarray]:
+    """The voxels (indices in ``pieces``, one row each) of each piece that
+    ``is_speck`` marks, by piece number: found in one pass over the map, not in a box
+    per speck."""
+    voxels = np.argwhere(is_speck[pieces])
+    if not len(voxels):
+        return {}
+    numbers = pieces[tuple(voxels.T)]
+    order = np.argsort(numbers, kind="stable")
+    numbers, voxels = numbers[order], voxels[order]
+    starts = np.flatnonzero(np.r_[True, numbers[1:] != numbers[:-1]])
+    return {int(numbers[a]): voxels[a:b]
+            for a, b in zip(starts, np.r_[starts[1:], len(numbers)])}
+
+
+def _far_voxels(pieces: np.ndarray, body_piece: int, specks: list[np.ndarray],
+                spacing: tuple[float, ...], structure: tuple[slice, ...]) -> np.ndarray:
+    """The voxels (indices in ``pieces``, one row each) of ``specks`` (each one's
+    voxels) with no voxel of the body nearer than :data:`FAR_MM`; ``structure`` is the
+    box of the structure they belong to.
 
     A few specks are each measured against the body inside a box reaching
     :data:`FAR_MM` around the speck: any body voxel nearer lies in it. Many (the
@@ -134,18 +162,15 @@ def _far_voxels(pieces: np.ndarray, body_piece: int, specks: np.ndarray,
     the structure's box costs as much for a hemisphere's white matter as a whole pass
     over the map."""
     if len(specks) > _FEW_SPECKS:
-        return _far_by_tree(pieces, body_piece, specks, spacing)
-    speck_boxes = ndimage.find_objects(pieces, max_label=int(specks.max()))
-    reach = [int(np.ceil(FAR_MM / s)) for s in spacing]
+        return _far_by_tree(pieces, body_piece, np.concatenate(specks), spacing,
+                            structure)
+    reach = np.ceil(FAR_MM / np.asarray(spacing)).astype(int)
     scale = np.asarray(spacing)
     far = []
-    for speck in specks:
-        box = speck_boxes[speck - 1]
-        around = tuple(slice(max(0, s.start - r), min(n, s.stop + r))
-                       for s, r, n in zip(box, reach, pieces.shape))
-        start = np.array([s.start for s in around])
-        body = np.argwhere(pieces[around] == body_piece)
-        own = np.argwhere(pieces[box] == speck) + ([s.start for s in box] - start)
+    for own in specks:
+        low = np.maximum(own.min(axis=0) - reach, 0)
+        high = np.minimum(own.max(axis=0) + 1 + reach, pieces.shape)
+        body = (np.argwhere(pieces[tuple(map(slice, low, high))] == body_piece) + low)
         if body.size and own.shape[0] * body.shape[0] <= _PAIRS:
             # Squared distances against the squared limit, as the k-d tree compares them.
             squared = ((((own[:, None, :] - body[None]) * scale) ** 2).sum(axis=-1)
@@ -155,18 +180,18 @@ def _far_voxels(pieces: np.ndarray, body_piece: int, specks: np.ndarray,
             distance, _ = cKDTree(body * scale).query(own * scale,
                                                       distance_upper_bound=FAR_MM)
             own = own[np.isinf(distance)]
-        far.append(own + start)
+        far.append(own)
     return np.concatenate(far) if far else np.empty((0, 3), dtype=np.intp)
 
 
-def _far_by_tree(pieces: np.ndarray, body_piece: int, specks: np.ndarray,
-                 spacing: tuple[float, ...]) -> np.ndarray:
-    """:func:`_far_voxels` for many specks: one k-d tree of the body's surface."""
-    body = pieces == body_piece
-    surface = body & ~ndimage.binary_erosion(body)
-    is_speck = np.zeros(int(pieces.max()) + 1, dtype=bool)
-    is_speck[specks] = True
-    own = np.argwhere(is_speck[pieces])
-    tree = cKDTree(np.argwhere(surface) * spacing)
+def _far_by_tree(pieces: np.ndarray, body_piece: int, own: np.ndarray,
+                 spacing: tuple[float, ...], structure: tuple[slice, ...]) -> np.ndarray:
+    """:func:`_far_voxels` for many specks (``own``: their voxels): one k-d tree of the
+    body's surface."""
+    surface = (face_surface(pieces[structure] == body_piece)
+               + [s.start for s in structure])
+    # An unbalanced tree builds several times faster on a surface of 10^5 points, and a
+    # query's answer does not depend on the tree's shape.
+    tree = cKDTree(surface * spacing, balanced_tree=False, compact_nodes=False)
     distance, _ = tree.query(own * spacing, distance_upper_bound=FAR_MM)
     return own[np.isinf(distance)]

@@ -1,7 +1,7 @@
 """The label checks' shortcuts give what the whole-grid computations give: the boxes from
 one pass, the fit's reads bounded by the labelled box, the holes filled by one
-labelling, the head grown around its candidates only, and the specks measured one by
-one or through one tree."""
+cut, the head grown around its candidates only, the specks measured one by one or through
+one tree, and every structure cut into pieces at once."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import pytest
 from scipy import ndimage
 
 from mriprep.check import label_islands
-from mriprep.check.label_anatomy import _beyond, _fill_holes
+from mriprep.check.label_anatomy import ENVELOPE_MM, _beyond, _fill_holes, _off_brain
 from mriprep.check.label_boxes import labelled_box, structure_boxes
 from mriprep.check.label_fit import read_fit
+from mriprep.check.label_pieces import cut, face_surface, first_reached
+from mriprep.core.boxes import nonzero_box
 
 
 def _blobs(seed: int, shape=(40, 44, 36)) -> np.ndarray:
@@ -97,12 +99,56 @@ def test_specks_measured_one_by_one_or_through_one_tree_agree(monkeypatch):
     assert few.scattered[17] * int((edge == 17).sum()) == pytest.approx(2)
 
 
-def test_pieces_are_numbered_in_16_bits_while_they_fit_and_in_32_beyond():
-    few = np.zeros((20, 20, 20), dtype=bool)
-    few[::2, ::2, ::2] = True
-    pieces, count = label_islands._pieces(few)
-    assert pieces.dtype == np.uint16 and count == 1000
-    many = np.zeros((84, 84, 84), dtype=bool)
-    many[::2, ::2, ::2] = True  # 74,088 pieces
-    pieces, count = label_islands._pieces(many)
-    assert count == 42 ** 3 and pieces.max() == count and pieces.dtype.itemsize >= 4
+@pytest.mark.parametrize("seed", range(4))
+def test_one_cut_gives_each_value_the_pieces_scipy_gives_it_alone(seed):
+    rng = np.random.default_rng(seed)
+    labels = np.where(rng.random((30, 28, 26)) < 0.35,
+                      rng.choice([2, 17, 41, 1005], size=(30, 28, 26)), 0).astype(np.int16)
+    labels[0, 0, 0] = -4  # negative: background, as to scipy's boxes
+    pieces = cut(labels)
+    for value in (2, 17, 41, 1005):
+        alone, count = ndimage.label(labels == value, structure=np.ones((3, 3, 3)))
+        mine = np.unique(pieces.numbers[labels == value])
+        assert len(mine) == count and set(pieces.value[mine]) == {value}
+        # the same partition: each scipy piece is one of the cut's, of the same size
+        pairs = np.unique(np.stack([alone[labels == value],
+                                    pieces.numbers[labels == value]]), axis=1)
+        assert pairs.shape[1] == count
+        assert sorted(pieces.size[mine]) == sorted(np.bincount(alone.ravel())[1:])
+    assert pieces.numbers[0, 0, 0] == 0 and pieces.size[0] == 0
+
+
+def test_the_largest_piece_ties_to_the_one_reached_first_in_c_order():
+    mask = np.zeros((12, 12, 12), dtype=bool)
+    mask[8:10, 0:2, 0:2] = True   # reached later in C order ...
+    mask[0:2, 8:10, 8:10] = True  # ... than this one, of the same size
+    pieces = cut(mask)
+    assert pieces.numbers[pieces.numbers == pieces.largest()].size == 8
+    assert pieces.numbers[0, 8, 8] == pieces.largest()
+    assert first_reached(pieces.numbers, [pieces.numbers[8, 0, 0],
+                                          pieces.numbers[0, 8, 8]]) == pieces.numbers[0, 8, 8]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_face_surface_is_what_an_erosion_leaves(seed):
+    mask = ndimage.binary_opening(np.random.default_rng(seed).random((25, 21, 2 + seed * 7))
+                                  > 0.3)
+    expected = np.argwhere(mask & ~ndimage.binary_erosion(mask))
+    assert np.array_equal(face_surface(mask), expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_off_brain_by_the_surface_tree_is_the_distance_transforms(seed):
+    rng = np.random.default_rng(seed)
+    labelled = np.zeros((50, 50, 50), dtype=bool)
+    labelled[10:35, 12:38, 8:30] = True  # the brain's mass
+    for i, j, k in rng.integers(0, 48, size=(25, 3)):
+        labelled[i:i + 2, j:j + 2, k:k + 1] = True  # blobs near it and far from it
+    box = nonzero_box(labelled)
+    parts, _ = ndimage.label(labelled[box], structure=np.ones((3, 3, 3)))
+    brain = parts == np.argmax(np.bincount(parts.ravel())[1:]) + 1
+    expected = np.zeros_like(labelled)
+    expected[box] = labelled[box] & (ndimage.distance_transform_edt(~brain) * 2.0
+                                     > ENVELOPE_MM)
+    found = _off_brain(labelled, 2.0)
+    assert expected.any() and np.array_equal(found, expected)
