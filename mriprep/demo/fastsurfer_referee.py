@@ -14,9 +14,13 @@ FastSurfer's ``generate_hdf5.py`` applies them, what that script does to one sub
    values *before* the rewrites;
 3. the lookup to class indices; for the sagittal view first every 2xxx minus 1000 and
    every ``Left-X`` to ``Right-X``;
-4. the weight mask: median frequency balancing capped at ``max_w`` (weights looked up by
-   class, which is where FastSurfer's own indexing fails on a map that lacks a class),
-   plus ``edge_w`` where ``numpy.gradient`` is non-zero;
+4. the weight mask: median frequency balancing capped at ``max_w``, plus ``edge_w``
+   where ``numpy.gradient`` is non-zero. FastSurfer looks the class weights up by
+   position among the classes present (``weights_by="position"``, the default): the
+   same as by class on a map holding every class up to its highest, an IndexError on
+   one that lacks a class below it, as FastSurfer's ``create_weight_mask`` raises.
+   ``weights_by="class"`` looks them up by class, the rule as its code means it and as
+   mriprep computes it;
 5. the view's transpose (``moveaxis``), thick slices by edge padding and a sliding
    window, and the blank-slice filter on the sum of class values.
 
@@ -112,12 +116,19 @@ def map_to_classes(aseg, labels, labels_sag, pairs):
     return full, lut_sag[aseg]
 
 
-def weight_mask(mapped, max_w=5, edge_w=5, gradient=True):
+def weight_mask(mapped, max_w=5, edge_w=5, gradient=True, by="position"):
+    """FastSurfer's ``create_weight_mask`` without its hires and cortex options; ``by``:
+    how the class weights are looked up (module doc, step 4)."""
     values, counts = np.unique(mapped, return_counts=True)
     per_class = np.minimum(np.median(counts) / counts, max_w)
-    by_class = np.zeros(int(values.max()) + 1)
-    by_class[values] = per_class
-    weights = by_class[mapped]
+    if by == "position":
+        weights = per_class[mapped]  # FastSurfer's indexing: the i-th class present
+    elif by == "class":
+        by_class = np.zeros(int(values.max()) + 1)
+        by_class[values] = per_class
+        weights = by_class[mapped]
+    else:
+        raise ValueError(f"weights by 'position' or 'class', not {by!r}")
     if gradient:
         gx, gy, gz = np.gradient(mapped)
         weights = weights + edge_w * (np.sqrt(gx ** 2 + gy ** 2 + gz ** 2) > 0)
@@ -138,13 +149,14 @@ def plane_zoom(zoom, plane):
 
 
 def referee_subject(orig, aseg, zoom, lut_path, plane="coronal", thickness=3, blt=50,
-                    max_w=5, edge_w=5):
+                    max_w=5, edge_w=5, weights_by="position"):
     """One subject as ``generate_hdf5`` would store it: (orig [N,H,W,2t+1] uint8,
-    aseg [N,H,W] uint8, weight [N,H,W] float64, zoom pair)."""
+    aseg [N,H,W] uint8, weight [N,H,W] float64, zoom pair); ``weights_by`` as
+    :func:`weight_mask`'s ``by``."""
     labels, labels_sag, pairs = class_lists(read_lut_rows(lut_path))
     full, sag = map_to_classes(aseg, labels, labels_sag, pairs)
     mapped = sag if plane == "sagittal" else full
-    weights = weight_mask(mapped, max_w, edge_w)
+    weights = weight_mask(mapped, max_w, edge_w, by=weights_by)
     orig, mapped, weights = (to_plane(v, plane) for v in (orig, mapped, weights))
     padded = np.pad(orig, ((0, 0), (0, 0), (thickness, thickness)), mode="edge")
     thick = sliding_window_view(padded, 2 * thickness + 1, axis=2)

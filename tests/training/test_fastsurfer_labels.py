@@ -301,8 +301,11 @@ def test_cortex_without_parcels_is_refused_not_sent_to_background():
 def test_equals_referee_voxel_for_voxel(person, view):
     derived = derive(person["label"], dkt_table(), view)
     got = slices_of(person["image"], derived, [1.0, 1.0, 1.0], view)
+    # The synthetic people lack some classes of the table: weights by class, as
+    # FastSurfer's rule means them (by position they are FastSurfer's fault; below).
     orig, aseg, weight, zoom = referee_subject(person["image"], person["label"],
-                                               (1.0, 1.0, 1.0), DKT, view)
+                                               (1.0, 1.0, 1.0), DKT, view,
+                                               weights_by="class")
     np.testing.assert_array_equal(got.classes, aseg)
     np.testing.assert_array_equal(got.orig, orig)
     np.testing.assert_allclose(got.weights, weight, rtol=1e-12, atol=0)
@@ -333,15 +336,23 @@ def test_slice_weights_equal_the_whole_volume_weights(person, options, view):
 
 
 def test_class_weights_by_class_when_classes_are_absent():
-    # Classes 0, 2 and 5 of 6: FastSurfer's positional indexing would give class 5 the
-    # weight of the third class present; here each class gets its own.
+    # Classes 0, 2 and 5 of 6: FastSurfer's positional indexing has three weights for
+    # them and fails on class 5; here each class gets its own.
     classes = np.array([0] * 6 + [2] * 3 + [5] * 1)
     w = class_weights(classes, 6, max_weight=5)
     median = np.median([6, 3, 1])
     np.testing.assert_allclose(w[[0, 2, 5]], [median / 6, median / 3, min(median, 5)])
     assert w[[1, 3, 4]].tolist() == [0, 0, 0]
-    np.testing.assert_allclose(weight_mask(classes.reshape(1, 1, -1), gradient=False)
-                               .ravel(), w[classes])
+    np.testing.assert_allclose(weight_mask(classes.reshape(1, 1, -1), gradient=False,
+                                           by="class").ravel(), w[classes])
+    # FastSurfer's own lookup, by position among the classes present: class 5 is past
+    # the three weights, an IndexError, as FastSurfer's create_weight_mask raises.
+    with pytest.raises(IndexError):
+        weight_mask(classes.reshape(1, 1, -1), gradient=False)
+    # ... and on a map holding every class, both lookups agree.
+    full = np.array([0] * 6 + [1] * 3 + [2] * 1).reshape(1, 1, -1)
+    np.testing.assert_array_equal(weight_mask(full, gradient=False),
+                                  weight_mask(full, gradient=False, by="class"))
 
 
 def test_edges_equal_numpy_gradient():

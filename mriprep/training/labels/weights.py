@@ -8,7 +8,7 @@ then multiplied by a user factor per region (``region_weights``, by label name).
 
 The rules follow FastSurfer's ``create_weight_mask`` with two differences that only show
 where FastSurfer fails: the class weights are indexed by class, not by rank among the
-classes present (FastSurfer's gives a map lacking a class the wrong weights, or fails),
+classes present (FastSurfer's fails on a map lacking a class below its highest),
 and the weights are computed over the whole 3D volume as FastSurfer does, not per slice.
 
 * class weight of a present class: ``median(counts) / count`` over the classes present;
