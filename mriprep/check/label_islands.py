@@ -10,7 +10,9 @@ connected piece is its body, and its *scattered* voxels are those in pieces of a
 than :data:`MAX_SCATTERED` of its voxels scattered is flagged. Pieces connect through
 faces, edges and corners (26-connectivity), so a thin strand is one piece. On a grid
 coarser than :data:`SPECK_MM3` per voxel (3 mm) no piece is that small and nothing is
-judged.
+judged. ``check --lut`` leaves out the values its table's rules rewrite before training
+(FreeSurfer's unknown cortex 1000/2000 lies in fragments on the medial wall by nature);
+``lut-rewrites`` names their voxels.
 
 Measured on clean maps against 5% of a structure scattered as small islands in
 ``make bench`` (labels).
@@ -19,7 +21,7 @@ Measured on clean maps against 5% of a structure scattered as small islands in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy.spatial import cKDTree
@@ -67,11 +69,14 @@ class IslandReading:
 
 def read_islands(labels: np.ndarray, spacing: Sequence[float] = (1.0, 1.0, 1.0),
                  names: Mapping[int, str] | None = None,
-                 boxes: Sequence[tuple[slice, ...] | None] | None = None) -> IslandReading:
+                 boxes: Sequence[tuple[slice, ...] | None] | None = None,
+                 skip: Iterable[int] = ()) -> IslandReading:
     """The share of each structure's voxels scattered far from its body (module
     docstring). ``spacing`` is the grid's voxel size in mm; ``names`` name the values
     in the verdict; ``boxes`` are the map's :func:`structure_boxes` when the caller has
-    them already.
+    them already; ``skip`` are values not judged (those a class table rewrites before
+    training: FreeSurfer's unknown cortex 1000/2000 lies in fragments on the medial
+    wall by nature, and no network learns it).
 
     The labelled box is cut into pieces once, every structure at a time
     (:func:`mriprep.check.label_pieces.cut`); only a structure with a piece small enough
@@ -93,6 +98,7 @@ def read_islands(labels: np.ndarray, spacing: Sequence[float] = (1.0, 1.0, 1.0),
                                    minlength=len(boxes) + 1)
     judged = structure_voxels * voxel_mm3 >= MIN_STRUCTURE_MM3
     judged[0] = False
+    judged[[v for v in skip if 0 < v < len(judged)]] = False
     bodies = _bodies(pieces, inside)
     is_speck = (pieces.size <= speck_voxels) & judged[pieces.value]
     is_speck[bodies] = False  # a structure's body is never its own speck

@@ -44,3 +44,15 @@ def test_a_tiny_structure_and_a_coarse_grid_are_not_judged():
     labels[2, 2, 2] = 17
     assert read_islands(labels, spacing=(1, 1, 1)).scattered[17] > 0
     assert read_islands(labels, spacing=(3, 3, 3)).scattered == {}  # a voxel > a speck
+
+
+def test_values_the_table_rewrites_are_not_judged():
+    from mriprep.training.labels import dkt_table
+
+    labels = _ball(value=1000)  # ctx-lh-unknown, which the aparc rules fill away
+    for j in range(2, 58, 10):
+        for k in range(2, 58, 10):
+            labels[2:4, j:j + 2, k] = 1000
+    assert read_islands(labels).flagged()
+    skipped = read_islands(labels, skip=dkt_table().rewritten_values())
+    assert 1000 not in skipped.scattered and skipped.verdict() is None

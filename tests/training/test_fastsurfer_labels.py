@@ -16,7 +16,11 @@ import pytest
 from mriprep.core.errors import InputError
 from mriprep.demo.fastsurfer_referee import referee_subject, weight_mask
 from mriprep.training.labels import LabelTable, dkt_table, read_lut
-from mriprep.training.labels.aparc import fill_unknown_parcel, prepare_labels
+from mriprep.training.labels.aparc import (
+    fill_unknown_parcel,
+    prepare_labels,
+    rewritten_values,
+)
 from mriprep.training.labels.slices import kept_slices, thick_slices
 from mriprep.training.labels.subject import derive, slices_of
 from mriprep.training.labels.weights import (
@@ -284,6 +288,28 @@ def test_corpus_callosum_takes_the_nearer_white_matter():
     out = prepared.labels
     assert (out[2:8, 2:8, 4] == 2).all() and (out[2:8, 2:8, 5] == 41).all()
     assert prepared.moved == {"251-255 corpus callosum -> nearer white matter (2/41)": 72}
+
+
+@pytest.mark.parametrize("processing", ["aparc", "aseg", "none"])
+def test_rewritten_values_are_the_values_the_rules_leave_none_of(processing):
+    table = dkt_table()
+    rewritten = rewritten_values(processing, table.ids)
+    candidates = sorted(rewritten | {2, 17, 41, 1002, 1005, 2002, 2005, 251, 1000, 2000,
+                                     3, 42, 30, 1001, 2032})
+    labels = np.zeros((len(candidates) * 4 + 8, 12, 12), dtype=np.int32)
+    for i, value in enumerate(candidates):  # a slab each, parcels among them to fill from
+        labels[4 + 4 * i:8 + 4 * i, 2:10, 2:10] = value
+    labels[:, 0:2, 0:2] = 1002  # a left and a right parcel along the whole map
+    labels[:, 10:12, 10:12] = 2005
+    labels[:, 0:2, 10:12] = 2     # white matter beside the callosum
+    labels[:, 10:12, 0:2] = 41
+    after = set(np.unique(prepare_labels(labels, processing, "split", table.ids).labels)
+                .tolist())
+    assert not after & rewritten
+    # every other value of the map is still there: the set is not larger than the rules
+    assert set(candidates) - rewritten <= after
+    assert {1000, 2000} <= rewritten if processing != "none" else rewritten == frozenset()
+    assert table.rewritten_values() == rewritten_values("aparc", table.ids)
 
 
 def test_cortex_without_parcels_is_refused_not_sent_to_background():

@@ -198,6 +198,24 @@ def _labelled_reach(labels: np.ndarray) -> tuple[slice, ...]:
     return box if box is not None else (slice(None),) * labels.ndim
 
 
+def rewritten_values(processing: str = "aparc",
+                     known: np.ndarray | None = None) -> frozenset[int]:
+    """The values :func:`prepare_labels` rewrites into others or into background under
+    ``processing`` (``known`` as there): no voxel reaches the class lookup, or training,
+    with one of them. The right parcels that ``cortex="fuse"`` moves to the left stay
+    structures of their own and are not among them."""
+    if processing not in PROCESSING:
+        raise ValueError(f"processing {processing!r} is unknown; choose one of {PROCESSING}")
+    if processing == "none":
+        return frozenset()
+    listed = set() if known is None else {int(v) for v in np.asarray(known).ravel()}
+    values = set() if listed & set(CORPUS_CALLOSUM) else set(CORPUS_CALLOSUM)
+    if processing == "aseg":
+        return frozenset(values | {old for old, _ in _ASEG_REWRITES})
+    return frozenset(values | {old for old, _ in _APARC_REWRITES} | {1000, 2000}
+                     | {v for v in DESIKAN_ONLY if v not in listed})
+
+
 def prepare_labels(labels: np.ndarray, processing: str = "aparc", cortex: str = "fuse",
                    known: np.ndarray | None = None) -> Prepared:
     """FreeSurfer-numbered ``labels`` rewritten by the rules above, as a copy (int32).

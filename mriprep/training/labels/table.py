@@ -30,7 +30,7 @@ import numpy as np
 
 from mriprep.core.errors import InputError
 from mriprep.core.hashing import hash_json
-from mriprep.training.labels.aparc import Prepared, prepare_labels
+from mriprep.training.labels.aparc import Prepared, prepare_labels, rewritten_values
 from mriprep.training.labels.lut import Lut, read_lut
 
 VIEWS = ("axial", "coronal", "sagittal")
@@ -137,6 +137,11 @@ class LabelTable:
             not list; each named with the subject.
         """
         return self.lookup(self.prepare(labels, subject), view, subject)
+
+    def rewritten_values(self) -> frozenset[int]:
+        """The values this table's rules rewrite before the lookup
+        (:func:`~.aparc.rewritten_values`)."""
+        return rewritten_values(self.processing, self.ids)
 
     def prepare(self, labels: np.ndarray, subject: str = "") -> Prepared:
         """The rules before the lookup (:func:`~.aparc.prepare_labels`), the same for
