@@ -258,14 +258,19 @@ def _real_heads(people) -> None:
     _real_volumes(heads, people)
 
 
+def _class_volumes(table, labels, affine) -> np.ndarray:
+    """mm^3 per axial class of a FreeSurfer-numbered map, after the table's rules."""
+    counts, _ = class_counts(table, table.prepare(labels))
+    return counts["axial"] * float(abs(np.linalg.det(affine[:3, :3])))
+
+
 def _real_volumes(heads, people) -> None:
     table = dkt_table()
     names = table.class_names("axial")
     values = dict(zip(table.lut.names, table.lut.ids))
 
     def volumes(labels, affine):
-        counts, _ = class_counts(table, table.prepare(labels))
-        return counts["axial"] * float(abs(np.linalg.det(affine[:3, :3])))
+        return _class_volumes(table, labels, affine)
 
     clean = {f"p{i}": volumes(labels, affine) for i, (_, labels, affine) in enumerate(people)}
     clean.update({h.name: volumes(h.labels, h.affine) for h in heads})
@@ -446,8 +451,7 @@ def _volumes(people) -> None:
     values = dict(zip(table.lut.names, table.lut.ids))
 
     def volumes(labels, affine):
-        counts, _ = class_counts(table, table.prepare(labels))
-        return counts["axial"] * float(abs(np.linalg.det(affine[:3, :3])))
+        return _class_volumes(table, labels, affine)
 
     clean = {f"p{i}": volumes(labels, affine) for i, (_, labels, affine) in enumerate(people)}
     t = time.perf_counter()
