@@ -1,11 +1,11 @@
 """Where a label map's structures lie: one pass over the map for every label check.
 
 A label map of a 256^3 grid holds its labels in a box much smaller than the grid, and
-each structure in a box of its own (docs/benchmarks.md, rows 42 and 45). The checks
-that work per structure (:mod:`mriprep.check.label_islands`) crop to its box; those that
-work on the labelled mass (:mod:`mriprep.check.label_fit`) crop to the union. Both boxes come from one
-:func:`scipy.ndimage.find_objects` pass, made once per map
-(:func:`mriprep.check.label_table.judge_map`).
+each structure in a box of its own (docs/benchmarks.md, rows 42 and 45). The checks crop
+to the union (:mod:`mriprep.check.label_fit`, and the pieces of
+:mod:`mriprep.check.label_islands`), and the islands check measures a structure's specks
+inside its own box. Both boxes come from one :func:`scipy.ndimage.find_objects` pass,
+made once per map (:func:`mriprep.check.label_table.judge_map`).
 """
 
 from __future__ import annotations

@@ -45,11 +45,13 @@ _PAIRS = 1_000_000
 class IslandReading:
     """Per structure (its label value) judged: the share of its voxels scattered, and
     where the scattered voxels of each flagged structure lie (voxel indices of the map,
-    one row each)."""
+    one row each); ``skipped``: the values present but left out by the caller's ``skip``,
+    with their voxels."""
 
     scattered: dict[int, float] = field(default_factory=dict)
     names: Mapping[int, str] = field(default_factory=dict)
     where: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    skipped: dict[int, int] = field(default_factory=dict)
 
     def flagged(self) -> list[tuple[int, float]]:
         return sorted(((v, s) for v, s in self.scattered.items() if s > MAX_SCATTERED),
@@ -98,7 +100,9 @@ def read_islands(labels: np.ndarray, spacing: Sequence[float] = (1.0, 1.0, 1.0),
                                    minlength=len(boxes) + 1)
     judged = structure_voxels * voxel_mm3 >= MIN_STRUCTURE_MM3
     judged[0] = False
-    judged[[v for v in skip if 0 < v < len(judged)]] = False
+    skipped = {int(v): int(structure_voxels[v]) for v in sorted(set(skip))
+               if 0 < v < len(judged) and structure_voxels[v] > 0}
+    judged[list(skipped)] = False
     bodies = _bodies(pieces, inside)
     is_speck = (pieces.size <= speck_voxels) & judged[pieces.value]
     is_speck[bodies] = False  # a structure's body is never its own speck
@@ -113,7 +117,7 @@ def read_islands(labels: np.ndarray, spacing: Sequence[float] = (1.0, 1.0, 1.0),
         scattered[value] = len(far) / int(structure_voxels[value])
         if scattered[value] > MAX_SCATTERED:
             where[value] = far + np.array([s.start for s in labelled])
-    return IslandReading(scattered, dict(names or {}), where)
+    return IslandReading(scattered, dict(names or {}), where, skipped)
 
 
 def _inside(box: tuple[slice, ...], outer: tuple[slice, ...]) -> tuple[slice, ...]:

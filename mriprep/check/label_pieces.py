@@ -41,7 +41,9 @@ def cut(values: np.ndarray, connectivity: int = 26) -> Pieces:
     """``values`` (a label map, or a mask; values <= 0 are background) cut into pieces
     connected through faces (6), edges (18) or corners too (26)."""
     values = np.asarray(values)
-    if values.dtype.kind == "i" and values.min(initial=0) < 0:
+    if not values.dtype.isnative:  # a map read from a big-endian file (.mgz): cc3d refuses
+        values = values.astype(values.dtype.newbyteorder("="))
+    if values.dtype.kind in "if" and values.min(initial=0) < 0:
         values = np.where(values > 0, values, 0)
     numbers, count = cc3d.connected_components(values, connectivity=connectivity,
                                                return_N=True)

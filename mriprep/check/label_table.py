@@ -36,7 +36,8 @@ is found here first, on the cache as it is:
     structures with voxels scattered as specks far from their body
     (:mod:`mriprep.check.label_islands`), over the structures training learns: a value
     the table's rules rewrite first (the unknown cortex 1000/2000, vessels, 3/42 under
-    ``aparc``) is not judged, and ``lut-rewrites`` names its voxels.
+    ``aparc``) is not judged: the summary's ``islands_not_judged`` counts its voxels, and
+    ``lut-rewrites`` names the rule that rewrites them.
 ``label-volume``, ``label-structure-missing`` (warnings, per label map)
     structures far larger or smaller than the cohort's, or missing where the cohort has
     them, over the classes the table makes (:mod:`mriprep.check.label_volumes`).
@@ -310,6 +311,7 @@ def check_label_table(
         "label_maps": len(labelled),
         "without_label_map": sum(1 for e in index.values() if "label" not in e.files),
         "rewrites": _rewrite_totals(judged.values()),
+        "islands_not_judged": _islands_not_judged(judged.values(), table),
         "volumes": volumes.summary(),
         "absent": {split: {view: found[view] for view in JUDGED_VIEWS}
                    for split, found in sorted(absent.items())},
@@ -426,6 +428,18 @@ def _rewrite_totals(judgements) -> dict[str, int]:
         for rule, count in judgement.moved.items():
             total[rule] += count
     return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _islands_not_judged(judgements, table: ClassTable) -> dict[str, int]:
+    """The values ``label-islands`` left out because the table's rules rewrite them
+    first, by name, with their voxels over the cohort."""
+    names = dict(zip(map(int, table.lut.ids), table.lut.names))
+    total: dict[str, int] = defaultdict(int)
+    for judgement in judgements:
+        if judgement.islands is not None:
+            for value, voxels in judgement.islands.skipped.items():
+                total[f"{value} {names.get(value, '')}".strip()] += voxels
+    return dict(sorted(total.items()))
 
 
 def _rewrite_findings(index, judged, keys) -> list[Finding]:

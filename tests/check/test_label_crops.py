@@ -116,6 +116,11 @@ def test_one_cut_gives_each_value_the_pieces_scipy_gives_it_alone(seed):
         assert pairs.shape[1] == count
         assert sorted(pieces.size[mine]) == sorted(np.bincount(alone.ravel())[1:])
     assert pieces.numbers[0, 0, 0] == 0 and pieces.size[0] == 0
+    # a map as read from a big-endian file (.mgz), and one in floats, cut the same
+    for other in (labels.astype(">i2"), labels.astype(np.float32)):
+        again = cut(other)
+        assert np.array_equal(again.numbers, pieces.numbers)
+        assert np.array_equal(again.value, pieces.value)
 
 
 def test_the_largest_piece_ties_to_the_one_reached_first_in_c_order():

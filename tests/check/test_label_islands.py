@@ -56,3 +56,4 @@ def test_values_the_table_rewrites_are_not_judged():
     assert read_islands(labels).flagged()
     skipped = read_islands(labels, skip=dkt_table().rewritten_values())
     assert 1000 not in skipped.scattered and skipped.verdict() is None
+    assert skipped.skipped == {1000: int((labels == 1000).sum())}  # counted, not silent

@@ -88,6 +88,9 @@ def test_desikan_parcels_are_reported_as_mapped_not_as_errors(mixed_report):
     assert all("sub-00" not in f.subjects for f in mixed_report.errors)
     assert sum(mixed_report.label_table["rewrites"].values()) == sum(
         int(f.message.split(": ")[1].split()[0]) for f in rewrites.values())
+    # nor by the islands check, which counts what it left out
+    left_out = mixed_report.label_table["islands_not_judged"]
+    assert {"1001", "1032", "1033"} <= {name.split()[0] for name in left_out}
 
 
 def test_a_value_no_table_lists_is_an_error_naming_the_subject_and_the_fix(mixed_report):
