@@ -46,8 +46,10 @@ import nibabel as nib
 import numpy as np
 from scipy import ndimage
 
+from mriprep.core.boxes import nonzero_box
 from mriprep.demo.freesurfer_labels import CSF, GM, WM, freesurfer_labels
 from mriprep.demo.real_scans import brain_mask_path, mni_frame, real_scan
+from mriprep.stages.registration.ants_backend import import_ants
 
 # The heads this module labels, and the skull-stripped copy whose brain is each one's
 # mask (None: the brain is found from MNI152's mask, :func:`_brain_from_prior`).
@@ -104,7 +106,9 @@ def labelled_head(name: str, cache: Path | None = None) -> LabelledHead | None:
     else:
         source = f"the shipped brain of {stripped}"
         inputs = [path, brain_mask_path(stripped) or real_scan(stripped)]
-    stored = (cache or cache_folder()) / f"{name}-{_digest(inputs, source)}.npz"
+    # ITK reads its thread count once per process: the count in effect names the map.
+    _, threads = import_ants(1)
+    stored = (cache or cache_folder()) / f"{name}-{_digest(name, inputs, source, threads)}.npz"
     if stored.is_file():
         with np.load(stored, allow_pickle=False) as kept:
             return LabelledHead(name, image, kept["labels"], affine, kept["brain"], source)
@@ -118,7 +122,8 @@ def labelled_head(name: str, cache: Path | None = None) -> LabelledHead | None:
     tissue = segment_tissue(image, brain, _spacing(affine))
     labels = freesurfer_labels(tissue, mni_frame(name) @ affine, medial_unknown=True)
     stored.parent.mkdir(parents=True, exist_ok=True)
-    partial = stored.with_suffix(".partial.npz")
+    # A name of this process's own: test workers label the same head at once.
+    partial = stored.with_name(f"{stored.stem}.{os.getpid()}.partial.npz")
     np.savez_compressed(partial, labels=labels, brain=brain)
     partial.replace(stored)  # whole or absent: a killed run leaves no half file
     return LabelledHead(name, image, labels, affine, brain, source)
@@ -132,16 +137,22 @@ def cache_folder() -> Path:
     return Path(folder) if folder else Path(sys.prefix) / "share" / "mriprep" / "real-labels"
 
 
-def _digest(inputs: list[Path], source: str) -> str:
-    """The scan's and mask's bytes, this recipe's code (this module and the labelling
-    rules) and ANTs' version: a kept map made otherwise has another name, and is made
-    again."""
+def _digest(name: str, inputs: list[Path], source: str, threads: int | None) -> str:
+    """The scan's and mask's bytes, the head's MNI frame, this recipe's code (this
+    module, the labelling rules, and the template's for a mask found from MNI152's), ANTs'
+    version and ITK's thread count: a kept map made otherwise has another name, and is
+    made again."""
     import ants
 
     from mriprep.demo import freesurfer_labels as rules
+    from mriprep.inputs import templates
+    from mriprep.stages.registration import template
 
-    digest = hashlib.sha256(f"{source}|antspyx {ants.__version__}".encode())
-    for path in [*inputs, Path(__file__), Path(rules.__file__)]:
+    digest = hashlib.sha256(f"{source}|antspyx {ants.__version__}|itk threads "
+                            f"{threads}".encode())
+    digest.update(np.asarray(mni_frame(name), dtype=np.float64).tobytes())
+    for path in [*inputs, Path(__file__), Path(rules.__file__), Path(templates.__file__),
+                 Path(template.__file__)]:
         digest.update(Path(path).read_bytes())
     return digest.hexdigest()[:16]
 
@@ -165,33 +176,26 @@ def segment_tissue(image: np.ndarray, brain: np.ndarray,
     """CSF / grey / white matter (1 / 2 / 3, 0 outside ``brain``): N4's bias field
     removed inside ``brain``, then Atropos' k-means with an MRF; deterministic (one
     thread, Atropos' fixed seed), in the brain's box only."""
-    import ants
+    # ITK's threads may order sums differently from run to run: one thread where this
+    # process loads ANTs first (labelled_head names a map by the count in effect).
+    ants, _ = import_ants(1)
 
-    box = ndimage.find_objects(brain.astype(np.uint8))[0]
-    box = tuple(slice(max(s.start - 2, 0), min(s.stop + 2, n))
-                for s, n in zip(box, brain.shape))
-    # ITK threads may order sums differently from run to run; the labels must be the
-    # same on every machine.
-    saved = os.environ.get("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS")
-    os.environ["ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS"] = "1"
-    try:
-        img = ants.from_numpy(np.ascontiguousarray(image[box], dtype=np.float32),
-                              spacing=spacing)
-        mask = ants.from_numpy(np.ascontiguousarray(brain[box], dtype=np.float32),
-                               spacing=spacing)
-        # ROBEX's head shades by half its grey-white contrast across the brain: k-means
-        # on it as stored puts grey matter's far side with the CSF.
-        flat = ants.n4_bias_field_correction(img, mask=mask)
-        # r=0: Atropos' fixed seed. Its default draws one per run (the MRF's update
-        # order), and two runs on ROBEX then differed in 95-178 voxels.
-        seg = ants.atropos(a=flat, x=mask, i="kmeans[3]", m=ATROPOS_MRF, c="[3,0]",
-                           r=0, verbose=0)["segmentation"].numpy()
-        flat = flat.numpy()
-    finally:
-        if saved is None:
-            os.environ.pop("ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", None)
-        else:
-            os.environ["ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS"] = saved
+    box = nonzero_box(brain, margin=2)
+    if box is None:
+        raise ValueError("the brain mask to segment in is empty: check the scan's brain "
+                         "mask, or its MNI frame where the mask comes from MNI152's")
+    img = ants.from_numpy(np.ascontiguousarray(image[box], dtype=np.float32),
+                          spacing=spacing)
+    mask = ants.from_numpy(np.ascontiguousarray(brain[box], dtype=np.float32),
+                           spacing=spacing)
+    # ROBEX's head shades by half its grey-white contrast across the brain: k-means on
+    # it as stored puts grey matter's far side with the CSF.
+    flat = ants.n4_bias_field_correction(img, mask=mask)
+    # r=0: Atropos' fixed seed. Its default draws one per run (the MRF's update order),
+    # and two runs on ROBEX then differed in 95-178 voxels.
+    seg = ants.atropos(a=flat, x=mask, i="kmeans[3]", m=ATROPOS_MRF, c="[3,0]",
+                       r=0, verbose=0)["segmentation"].numpy()
+    flat = flat.numpy()
     inside = brain[box]
     # Atropos numbers k-means classes by rising mean; sorted again here, not trusted.
     means = [flat[(seg == c) & inside].mean() for c in (1, 2, 3)]

@@ -34,6 +34,8 @@ from mriprep.training.labels import dkt_table
 
 pytestmark = [
     pytest.mark.calibration,
+    # One worker labels the heads (minutes each) and the others would wait or repeat it.
+    pytest.mark.xdist_group("real_labels"),
     pytest.mark.skipif(any(real_scan(n) is None for n in HEADS) or any(
         real_scan(s) is None for s in HEADS.values() if s), reason=HOW_TO_GET),
 ]
