@@ -41,9 +41,11 @@ Validity
     Conservative: an output voxel is invalid if any input voxel with a non-zero weight in
     its interpolation kernel is invalid (support: 2 voxels per axis for linear, 4 for
     cubic), or if it lies outside the input's field of view (beyond the outermost voxel
-    centres, with a 1e-6 voxel tolerance for round-off). The cubic B-spline prefilter is
-    recursive and reaches further, decaying by a factor 0.27 per voxel; filled voxels hold
-    plausible finite values (the sanitize stage's local fill), so that tail is harmless.
+    centres, with a 1e-6 voxel tolerance for round-off; none with ``arithmetic:
+    fastsurfer``, where scipy's rule decides as in FastSurfer). The cubic B-spline
+    prefilter is recursive and reaches further, decaying by a factor 0.27 per voxel;
+    filled voxels hold plausible finite values (the sanitize stage's local fill), so that
+    tail is harmless.
 
 Snapping onto the input's lattice (a design decision)
     Without a pending registration, a target grid with the input's axes and spacing is

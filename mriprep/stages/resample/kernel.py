@@ -6,8 +6,11 @@ Every path (:mod:`~mriprep.stages.resample.grid`'s crop/pad,
 ``INSIDE_TOLERANCE`` of the outermost voxel centres is inside the field of view, an input
 voxel weighing ``TOUCH_WEIGHT`` or less does not touch the output, and a voxel map within
 ``INDEX_MAP_TOLERANCE`` of integers is an exact voxel-to-voxel map (:func:`index_map`),
-copied rather than interpolated. :class:`Kernel` names the interpolation the stage chose;
-:func:`anisotropic_axis` finds the thick axis that ``bspline`` interpolates linearly.
+copied rather than interpolated. The one exception is ``arithmetic: fastsurfer``
+(:mod:`~mriprep.stages.resample.fastsurfer_path`), which calls a position inside exactly
+where FastSurfer's scipy call does, with no tolerance. :class:`Kernel` names the
+interpolation the stage chose; :func:`anisotropic_axis` finds the thick axis that
+``bspline`` interpolates linearly.
 """
 
 from __future__ import annotations
