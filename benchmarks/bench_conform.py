@@ -44,7 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mriprep.core.errors import StageError  # noqa: E402
 from mriprep.core.volume import Volume  # noqa: E402
-from mriprep.demo.fastsurfer_conform import agreement, fastsurfer_conform  # noqa: E402
+from mriprep.demo.fastsurfer_conform import (  # noqa: E402
+    agreement,
+    fastsurfer_conform,
+    header_affine,
+)
 from mriprep.inputs.readers import load_volume  # noqa: E402
 from mriprep.pipelines import load_pipeline, run_stages  # noqa: E402
 from mriprep.run.subject import output_tensors  # noqa: E402
@@ -94,8 +98,8 @@ def _demo_rows(cohort: Path) -> list[dict[str, Any]]:
         img = nib.load(path)
         data = np.asarray(img.dataobj, dtype=np.float64)
         group = "demo, planted defects" if kinds - _UNCHANGED else "demo"
-        rows.append(compare(name, load_volume(path, subject_id=name), data, img.affine,
-                            group))
+        rows.append(compare(name, load_volume(path, subject_id=name), data,
+                            header_affine(img), group))
         print(f"  {name}", flush=True)
     return rows
 
@@ -113,7 +117,7 @@ def _real_rows() -> list[dict[str, Any]]:
         img = nib.load(path)
         data = np.asarray(img.dataobj, dtype=np.float64)
         rows.append(compare(f"{name} as stored", load_volume(path, subject_id=name), data,
-                            img.affine, "real"))
+                            header_affine(img), "real"))
         tilted = acquire(real_head(name), np.eye(4), Acquisition(tilt_deg=20.0),
                          np.random.default_rng(9))
         rows.append(compare(f"{name} tilted 20 deg",

@@ -29,6 +29,15 @@ lines of nibabel and scipy, deliberately sharing no code with mriprep's stages, 
 * **Already conformed.** An image that passes FastSurfer's ``is_conform`` (256^3, every
   voxel size within 1e-6 of 1 mm, strict LIA within 1e-6, uint8) is returned as it is,
   voxels and affine, as FastSurfer's callers of ``conform`` return it.
+* **Geometry of a file.** FastSurfer's ``check_affine_in_nifti`` takes the qform where a
+  NIfTI header sets one that differs from the sform (any element by more than 1e-3),
+  else the file's affine (:func:`header_affine`; mriprep's loader chooses the same,
+  docs/inputs.md).
+* **No upper bound.** Where the cumulative histogram reaches no cut-off, FastSurfer
+  takes the maximum for an image of under 10 non-zero voxels and raises otherwise; so
+  does :func:`conform_scale`. numpy's histogram counts every voxel of a finite image, so
+  the branch is restated for completeness; a NaN or an infinity stops both earlier, in
+  the histogram (ValueError).
 """
 
 from __future__ import annotations
@@ -74,13 +83,31 @@ def _is_reordering(vox2vox: np.ndarray, eps: float = 1e-6) -> bool:
 
 def conform_scale(data: np.ndarray) -> tuple[float, float]:
     """(low, scale) of FastSurfer's robust 0-255 mapping (module doc)."""
-    low, high = float(data.min()), float(data.max())
     nonzero = int(np.count_nonzero(np.abs(data) >= 1e-15))
-    counts, edges = np.histogram(data, bins=1000, range=(low, high))
+    counts, edges = np.histogram(data, bins=1000, range=(float(data.min()),
+                                                         float(data.max())))
+    # The first edge, not the minimum: numpy widens a constant image's range by 0.5.
+    low = float(edges[0])
     cumulative = np.concatenate(([0], np.cumsum(counts)))
     above = np.flatnonzero(cumulative >= data.size - int(0.001 * nonzero))
-    top = float(edges[above[0] - 2]) if len(above) else high
+    if len(above):
+        top = float(edges[above[0] - 2])
+    elif np.isclose(cumulative[-1], 1.0, atol=1e-6) or nonzero < 10:
+        top = float(edges[-1])
+    else:
+        raise RuntimeError("rescale upper bound not found: f_high=0.999 (FastSurfer's "
+                           "getscale raises here too)")
     return low, (255.0 / (top - low) if top != low else 1.0)
+
+
+def header_affine(image) -> np.ndarray:
+    """The affine FastSurfer's ``check_affine_in_nifti`` leaves a NIfTI image with
+    (module doc): its qform where the header sets one that differs from the sform."""
+    header = image.header
+    if (header["qform_code"] != 0
+            and not np.allclose(image.get_sform(), image.get_qform(), atol=0.001)):
+        return np.asarray(image.get_qform(), dtype=np.float64)
+    return np.asarray(image.affine, dtype=np.float64)
 
 
 def is_conform(data: np.ndarray, affine: np.ndarray, eps: float = 1e-6) -> bool:

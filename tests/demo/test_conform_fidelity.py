@@ -17,7 +17,13 @@ import pytest
 
 from mriprep.core.volume import Volume
 from mriprep.demo.calibration import ACQUISITIONS, person, real_head
-from mriprep.demo.fastsurfer_conform import LIA, agreement, fastsurfer_conform
+from mriprep.demo.fastsurfer_conform import (
+    LIA,
+    agreement,
+    conform_scale,
+    fastsurfer_conform,
+    header_affine,
+)
 from mriprep.demo.real_scans import HOW_TO_GET, real_scan
 from mriprep.demo.scanner import Acquisition, acquire, random_pose
 from mriprep.pipelines import load_pipeline
@@ -101,9 +107,54 @@ def test_extreme_voxels_do_not_change_the_conformed_image_elsewhere():
 def test_real_colin27_as_stored_and_tilted_by_20_degrees():
     img = nib.load(real_scan("colin27"))
     data = np.asarray(img.dataobj, dtype=np.float32)
-    straight = _check_fidelity(data, img.affine, oblique=False)
+    straight = _check_fidelity(data, header_affine(img), oblique=False)
     # Colin27 is 181 x 217 x 181: FastSurfer moves its grid to avoid interpolation.
     assert straight.offset_voxels != (0.0, 0.0, 0.0) and straight.equal == 1.0
     tilted = acquire(real_head("colin27"), np.eye(4), Acquisition(tilt_deg=20.0),
                      np.random.default_rng(9))
     _check_fidelity(tilted.data, tilted.affine, oblique=True)
+
+
+def _fastsurfer_conform_module():
+    from mriprep.demo.fastsurfer_checkout import fastsurfer_module
+
+    module = fastsurfer_module("FastSurferCNN.data_loader.conform")
+    if module is None:
+        pytest.skip("FastSurfer's checkout is not here: set MRIPREP_FASTSURFER to it "
+                    "(../shared/fastsurfer; .ci/run does)")
+    return module
+
+
+def test_the_referees_range_is_fastsurfers_getscale():
+    conform = _fastsurfer_conform_module()
+    rng = np.random.default_rng(3)
+    for data in (rng.gamma(2.0, 40.0, (30, 32, 28)), np.zeros((20, 20, 20))):
+        data[:4] = 0.0
+        np.testing.assert_array_equal(conform_scale(data),
+                                      conform.getscale(data, 0, 255, 0.0, 0.999))
+    nan = rng.gamma(2.0, 40.0, (30, 32, 28))
+    nan[5, 5, 5] = np.nan  # both refuse, in numpy's histogram
+    for scale in (conform_scale, lambda d: conform.getscale(d, 0, 255, 0.0, 0.999)):
+        with pytest.raises(ValueError, match="not finite"):
+            scale(nan)
+
+
+def test_the_referee_takes_a_file_geometry_as_fastsurfer_and_mriprep_do(tmp_path):
+    from mriprep.inputs.readers import load_volume
+
+    conform = _fastsurfer_conform_module()
+    sform = np.diag([1.0, 1.0, 1.2, 1.0])
+    sform[:3, 3] = (-10.0, 4.0, 2.0)
+    qform = sform.copy()
+    qform[:3, 3] += (0.0, 3.0, 0.0)  # 3 mm apart: FastSurfer takes the qform
+    for q, expected in ((sform, sform), (qform, qform)):
+        image = nib.Nifti1Image(np.ones((6, 6, 6), np.float32), sform)
+        image.set_qform(q, code=1)
+        path = tmp_path / "scan.nii"
+        nib.save(image, path)
+        loaded = nib.load(path)
+        np.testing.assert_allclose(header_affine(loaded), expected, atol=1e-5)
+        conform.check_affine_in_nifti(loaded)  # sets the sform to its choice
+        np.testing.assert_allclose(loaded.affine, header_affine(nib.load(path)), atol=1e-6)
+        np.testing.assert_allclose(load_volume(path, subject_id="s").affine, expected,
+                                   atol=1e-5)
