@@ -265,15 +265,20 @@ def _class_volumes(table, labels, affine) -> np.ndarray:
     return counts["axial"] * float(abs(np.linalg.det(affine[:3, :3])))
 
 
-def _real_volumes(heads, people) -> None:
+def _cohort(people):
+    """The DKT table's axial class names and the value of each name, a map's class
+    volumes (after the table's rules), and the synthetic people's, by name ``p0``, ..."""
     table = dkt_table()
-    names = table.class_names("axial")
-    values = dict(zip(table.lut.names, table.lut.ids))
 
     def volumes(labels, affine):
         return _class_volumes(table, labels, affine)
 
-    clean = {f"p{i}": volumes(labels, affine) for i, (_, labels, affine) in enumerate(people)}
+    return (table.class_names("axial"), dict(zip(table.lut.names, table.lut.ids)), volumes,
+            {f"p{i}": volumes(labels, affine) for i, (_, labels, affine) in enumerate(people)})
+
+
+def _real_volumes(heads, people) -> None:
+    names, values, volumes, clean = _cohort(people)
     clean.update({h.name: volumes(h.labels, h.affine) for h in heads})
     judged = judge_volumes(clean, names)
     worst = sorted(judged.largest_z.items(), key=lambda kv: -kv[1])[:3]
@@ -448,14 +453,7 @@ CEREBELLUM = ("Left-Cerebellum-White-Matter", "Left-Cerebellum-Cortex",
 
 
 def _volumes(people) -> None:
-    table = dkt_table()
-    names = table.class_names("axial")
-    values = dict(zip(table.lut.names, table.lut.ids))
-
-    def volumes(labels, affine):
-        return _class_volumes(table, labels, affine)
-
-    clean = {f"p{i}": volumes(labels, affine) for i, (_, labels, affine) in enumerate(people)}
+    names, values, volumes, clean = _cohort(people)
     t = time.perf_counter()
     judged = judge_volumes(clean, names)
     cost = (time.perf_counter() - t) / len(people)
