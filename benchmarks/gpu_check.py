@@ -21,7 +21,12 @@ in "val"), then:
 Exit 0 when every check passes, 1 otherwise. Without CUDA it says so, skips the GPU
 checks, measures the CPU loader and runs a short CPU training.
 
+``--outcome`` runs only the outcome comparison (``benchmarks/bench_outcome.py``: MONAI,
+FastSurfer's data path and mriprep on a dirty cohort) at full size, float16 autocast
+with a GradScaler, 1000 steps per arm (its time on a GPU is not measured yet).
+
     python benchmarks/gpu_check.py [--volumes 8] [--workers 4] [--steps 40] [--augment-only]
+    python benchmarks/gpu_check.py --outcome [--outcome-steps 1000]
 """
 
 from __future__ import annotations
@@ -215,6 +220,21 @@ def check_augment(device: str, repeats: int = 10) -> list[str]:
     return problems
 
 
+def check_outcome(device: str, steps: int) -> int:
+    """The outcome comparison of ``make bench`` at full size: every arm and ablation, the
+    network at the slices' 1 mm, float16 autocast and a GradScaler on CUDA; its table is
+    printed and its picture written under ``gpu-outcome/``. On a CPU it says it has not
+    run on a GPU and runs the CPU-sized bench instead."""
+    import bench_outcome
+
+    if device != "cuda":
+        print("outcome: no CUDA; running the CPU-sized comparison (`make bench`'s)")
+        return bench_outcome.main(["--out", "gpu-outcome"])
+    return bench_outcome.main(["--device", "cuda", "--amp", "--full-size", "--steps",
+                               str(steps), "--ablation-steps", str(steps // 2),
+                               "--out", "gpu-outcome"])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--volumes", type=int, default=8)
@@ -224,6 +244,11 @@ def main(argv=None) -> int:
                         help="training steps per run (default 40 on CUDA, 10 on CPU)")
     parser.add_argument("--augment-only", action="store_true",
                         help="only time Augment against a 3D U-Net step (no cache)")
+    parser.add_argument("--outcome", action="store_true",
+                        help="only run the outcome comparison (benchmarks/bench_outcome.py) "
+                        "at full size on CUDA, float16 autocast with a GradScaler")
+    parser.add_argument("--outcome-steps", type=int, default=1000,
+                        help="training steps per arm of --outcome (default 1000)")
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     if cuda:
@@ -233,6 +258,8 @@ def main(argv=None) -> int:
         device = "cpu"
         print("CUDA is not available: skipping the pinned-memory and GPU transfer checks; "
               "measuring the CPU loader only")
+    if args.outcome:
+        return check_outcome(device, args.outcome_steps)
     if args.augment_only:
         print("augmentation:")
         problems = check_augment(device)

@@ -42,7 +42,7 @@ def _bench(name: str):
 
 SECTIONS = ("registration", "plausibility", "resolution", "slices", "conform", "runner",
             "report", "loader", "storage", "guards", "augment", "training", "check",
-            "identity", "scale", "fastsurfer", "labels")
+            "identity", "scale", "fastsurfer", "labels", "outcome")
 
 
 def _sections(cohort: Path, work: Path) -> dict:
@@ -67,6 +67,8 @@ def _sections(cohort: Path, work: Path) -> dict:
         "fastsurfer": lambda: _bench("bench_fastsurfer").main(
             ["--work-dir", str(work / "fastsurfer")]),
         "labels": lambda: _bench("bench_labels").main([]),
+        # Writes docs/img/outcome.png and outcome.json: the README's picture and table.
+        "outcome": lambda: _bench("bench_outcome").main(["--work-dir", str(work / "outcome")]),
     }
 
 
