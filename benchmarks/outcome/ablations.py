@@ -6,10 +6,12 @@ one of three ways before training, the rest of the path the same (the shared sam
 mriprep's losses with median-frequency class weights, the same network, seed and steps):
 
 * ``zero``: NaN -> 0, every voxel trains;
-* ``mean``: NaN -> the volume's mean, every voxel trains;
+* ``mean``: NaN -> the mean of the volume's other non-zero voxels (the head: a conformed
+  image's background is 0), every voxel trains;
 * ``mriprep``: NaN -> the Gaussian-weighted mean of the known neighbours
   (:func:`mriprep.stages.sanitize.fill_local`, the sanitize stage's ``local`` strategy,
-  sigma 2 mm) and marked invalid: the losses leave those voxels out.
+  sigma 2 mm) and marked invalid: the losses leave those voxels out. (Two changes at
+  once: the fill and the mask; a masked zero fill is not run.)
 
 Two figures per handling and share: the test Dice against the same path at 0% NaN, and
 the batch-norm statistics error: the first batch norm's per-channel batch variance on the
@@ -81,7 +83,7 @@ def handle(image: np.ndarray, holes: np.ndarray, valid: np.ndarray, handling: st
         image[holes] = 0.0
         return image, valid
     if handling == "mean":
-        image[holes] = float(image[~holes].mean())
+        image[holes] = float(image[~holes & (image > 0)].mean())
         return image, valid
     if handling == "mriprep":
         known = ~holes

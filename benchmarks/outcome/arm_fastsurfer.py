@@ -208,7 +208,8 @@ def prepare(cohort: Cohort, copy: str, work: Path, loader: str = "plain"
     name = f"{NAME}, {type(dataset).__name__}"
     return PreparedArm(name=name, batches=batches, loss=loss, test=test, lost=lost,
                        notes=notes, seconds=seconds + time.perf_counter() - started,
-                       input_fix=None, clip=None, guarded=False)
+                       input_fix=None, clip=None, guarded=False,
+                       epoch_steps=len(dataset) // BATCH)
 
 
 # The per-subject steps run once per (cohort, copy, folder): both loaders read their files.

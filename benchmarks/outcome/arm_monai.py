@@ -2,14 +2,14 @@
 
 The preparation follows MONAI's own pages, not a weakened copy of them:
 
-* the transform chain of the 3D segmentation tutorials (``spleen_segmentation_3d``,
-  ``brats_segmentation_3d`` in Project-MONAI/tutorials): ``LoadImaged``,
+* the deterministic part of the transform chain of MONAI's 3D segmentation tutorial
+  (``spleen_segmentation_3d`` in Project-MONAI/tutorials): ``LoadImaged``,
   ``EnsureChannelFirstd``, ``Orientationd(axcodes="RAS")``, ``Spacingd`` to 1 mm
-  (bilinear image, nearest labels), an intensity scaling, then a fixed size. For MRI,
-  where CT's fixed window does not apply, the scaling is
+  (bilinear image, nearest labels) and an intensity scaling. For MRI, where CT's fixed
+  window does not apply, the scaling is its percentile form,
   ``ScaleIntensityRangePercentilesd(lower=0.5, upper=99.5, b_min=0, b_max=1, clip=True)``
-  (MONAI's transforms reference); ``ResizeWithPadOrCropd`` to 256^3 gives every arm the
-  same slice size;
+  (MONAI's transforms reference). ``ResizeWithPadOrCropd`` to 256^3 gives every arm the
+  same slice size. No arm augments (the comparison is of data paths);
 * FreeSurfer's numbers become classes with ``MapLabelValued``, from the same table's
   sagittal classes every arm uses (:func:`.training.class_table`);
 * MONAI's fast-training guide for data that fits in memory: ``CacheDataset``
@@ -21,13 +21,15 @@ the bench's shared sampler (slices whose classes sum to at most 50 are left out,
 FastSurfer's blank filter does), shuffled, 8 per batch.
 
 The variants (:data:`VARIANTS`): as is; and with each of the two fixes people apply to
-the input, ``nan_to_zero`` and ``nan_to_mean``, each with gradient clipping
-(``clip_grad_norm_`` at 12, as nnU-Net clips).
+the input, ``nan_to_zero`` and ``nan_to_mean``, right after loading (where a fix must
+act: one NaN makes the percentile scaling's bounds NaN and with them the whole volume),
+each with gradient clipping (``clip_grad_norm_`` at 12, as nnU-Net clips). The bench
+notes every training volume that leaves the chain non-finite or constant: trained on as
+it is, as a tutorial's loop would.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -44,35 +46,34 @@ CLIP = 12.0
 
 
 def nan_to_zero(image: torch.Tensor) -> torch.Tensor:
+    """``torch.nan_to_num(x, nan=0.0)``: NaN to 0 (an infinity to the dtype's extreme)."""
     return torch.nan_to_num(image, nan=0.0)
 
 
 def nan_to_mean(image: torch.Tensor) -> torch.Tensor:
-    """Each item's NaN voxels set to the mean of its finite ones (0 where none is)."""
-    out = image.clone()
-    for item in out:
-        finite = torch.isfinite(item)
-        mean = item[finite].mean() if finite.any() else torch.tensor(0.0)
-        item[torch.isnan(item)] = mean
+    """NaN voxels set to the mean of the volume's finite ones (0 where none is)."""
+    out = torch.as_tensor(image).clone()
+    finite = torch.isfinite(out)
+    out[torch.isnan(out)] = out[finite].mean() if finite.any() else 0.0
     return out
 
 
-VARIANTS = {
-    "as is": dict(input_fix=None, clip=None),
-    "nan_to_zero + clipping": dict(input_fix=nan_to_zero, clip=CLIP),
-    "nan_to_mean + clipping": dict(input_fix=nan_to_mean, clip=CLIP),
-}
+# variant -> the fix on the loaded image (before resampling and scaling spread a NaN)
+VARIANTS = {"as is": None, "nan_to_zero + clipping": nan_to_zero,
+            "nan_to_mean + clipping": nan_to_mean}
 
 
-def transforms(values: list[int]):
-    from monai.transforms import (Compose, EnsureChannelFirstd, LoadImaged, MapLabelValued,
-                                  Orientationd, ResizeWithPadOrCropd,
+def transforms(values: list[int], fix=None):
+    from monai.transforms import (Compose, EnsureChannelFirstd, Lambdad, LoadImaged,
+                                  MapLabelValued, Orientationd, ResizeWithPadOrCropd,
                                   ScaleIntensityRangePercentilesd, Spacingd)
     classes = class_of_values(values)
     keys = ["image", "label"]
+    fixed = [Lambdad(keys="image", func=fix)] if fix is not None else []
     return Compose([
         LoadImaged(keys=keys),
         EnsureChannelFirstd(keys=keys),
+        *fixed,
         Orientationd(keys=keys, axcodes="RAS"),
         Spacingd(keys=keys, pixdim=(1.0, 1.0, 1.0), mode=("bilinear", "nearest")),
         ScaleIntensityRangePercentilesd(keys="image", lower=0.5, upper=99.5, b_min=0.0,
@@ -88,19 +89,20 @@ def class_of_values(values: list[int]) -> list[int]:
     return [int(c) for c in mapped.classes.ravel()]
 
 
-def prepare(cohort: Cohort, copy: str, work: Path) -> PreparedArm:
-    """The arm as is; :func:`variant` gives the others without preparing again."""
+def prepare(cohort: Cohort, copy: str, work: Path, variant: str = "as is") -> PreparedArm:
+    """Arm A in ``variant`` (:data:`VARIANTS`) on ``copy`` of the cohort."""
     from monai.data import CacheDataset, set_track_meta
     import nibabel as nib
 
     started = time.perf_counter()
+    fix = VARIANTS[variant]
     subjects = cohort.subjects(copy)
     values = sorted({int(v) for s in subjects
                      for v in np.unique(np.asarray(nib.load(s.label).dataobj))})
     items = [{"image": str(s.image), "label": str(s.label), "subject_id": s.subject_id}
              for s in subjects if s.split in ("train", "test")]
     set_track_meta(True)
-    dataset = CacheDataset(items, transforms(values), cache_rate=1.0, num_workers=2,
+    dataset = CacheDataset(items, transforms(values, fix), cache_rate=1.0, num_workers=2,
                            progress=False)
     set_track_meta(False)
     volumes = {}
@@ -110,14 +112,19 @@ def prepare(cohort: Cohort, copy: str, work: Path) -> PreparedArm:
     train = [(s.subject_id, *volumes[s.subject_id]) for s in subjects if s.split == "train"]
     test = [TestVolume(s.subject_id, *volumes[s.subject_id])
             for s in subjects if s.split == "test"]
+    notes = [f"{len(train)} training volumes cached by CacheDataset"]
+    for sid, image, _ in train:  # what the chain made of each: trained on as it is
+        bad = 1.0 - float(np.isfinite(image).mean())
+        if bad > 0:
+            notes.append(f"{sid}: {bad:.1%} of its voxels non-finite after the transforms")
+        elif float(image.max()) == float(image.min()):
+            notes.append(f"{sid}: constant ({float(image.max())}) after the transforms")
+    pool = slice_pool(train)
     return PreparedArm(
-        name="A. MONAI, as is", batches=lambda seed: slice_batches(train, seed),
+        name=f"A. MONAI, {variant}", batches=lambda seed: slice_batches(train, pool, seed),
         loss=dice_ce_loss(), test=test, seconds=time.perf_counter() - started,
-        notes=[f"{len(train)} training volumes cached by CacheDataset"])
-
-
-def variant(arm: PreparedArm, name: str) -> PreparedArm:
-    return dataclasses.replace(arm, name=f"A. MONAI, {name}", **VARIANTS[name])
+        notes=notes, clip=CLIP if fix is not None else None,
+        epoch_steps=len(pool) // BATCH)
 
 
 def dice_ce_loss():
@@ -126,11 +133,14 @@ def dice_ce_loss():
     return lambda logits, batch: loss(logits, batch["classes"][:, None])
 
 
-def slice_batches(volumes: list[tuple[str, np.ndarray, np.ndarray]], seed: int):
-    """Endless shuffled batches of 7-slice sagittal stacks (axis 0 of RAS volumes) from
-    the slices whose classes sum above the blank threshold."""
-    pool = [(n, k) for n, (_, _, classes) in enumerate(volumes)
+def slice_pool(volumes) -> list[tuple[int, int]]:
+    """(volume, slice) of the slices whose classes sum above the blank threshold."""
+    return [(n, int(k)) for n, (_, _, classes) in enumerate(volumes)
             for k in np.flatnonzero(classes.reshape(len(classes), -1).sum(1) > BLANK_THRESHOLD)]
+
+
+def slice_batches(volumes: list[tuple[str, np.ndarray, np.ndarray]], pool, seed: int):
+    """Endless shuffled batches of 7-slice sagittal stacks (axis 0 of RAS volumes)."""
     rng = np.random.default_rng(seed)
     while True:
         order = rng.permutation(len(pool))

@@ -6,7 +6,7 @@
 * ``mriprep run -p t1w_mni_rigid`` beside it: only a registered cache tells one person in
   two scans (docs/qc.md, "One person in two splits") and a header whose orientation is
   wrong (the register stage refuses it); what this run refuses is not trained on either;
-* ``mriprep check`` of both caches (every finding kept in the notes): the test subjects an
+* ``mriprep check`` of both caches (errors and warnings kept in the notes): the test subjects an
   ``identity-leak`` names leave the test split, the fix the finding gives;
 * ``MRIDataset(mode="thick_slice", view="sagittal", manifest=<the served subjects>,
   exclude_flagged=True)`` (what a warning or an error of the check concerns is left out,
@@ -92,7 +92,7 @@ def _mriprep(args: list[str], log: Path) -> subprocess.CompletedProcess:
 
 
 def prepare(cohort: Cohort, copy: str, work: Path, cerebellum_weight: float = 0.0,
-            augment: bool = True) -> PreparedArm:
+            augment: bool = False) -> PreparedArm:
     started = time.perf_counter()
     cache, refused, summary = cache_cohort(cohort, copy, work)
     status, findings = check(cache)
@@ -115,9 +115,9 @@ def prepare(cohort: Cohort, copy: str, work: Path, cerebellum_weight: float = 0.
         refused[key] = f"left out on check's {', '.join(codes)} (exclude_flagged=True)"
     test = [_test_volume(train, entry, table) for entry in MRIDataset(cache, "test", **options).entries
             if entry.subject_id not in leaked]
-    notes = [f"mriprep check exit {status}: " + "; ".join(
-        f"{f.get('code')} ({', '.join(f.get('subjects', []))})" for f in findings
-        if f.get("severity") == "error") or f"mriprep check exit {status}"]
+    notes = [f"mriprep check exit {status}: " + ("; ".join(
+        f"{f.get('severity')} {f.get('code')} ({', '.join(f.get('subjects', []))})"
+        for f in findings if f.get("severity") in ("error", "warning")) or "no finding")]
     notes.append(f"identity search ({IDENTITY_PIPELINE} cache, check exit {identity_status}): "
                  + ("; ".join(f"{f['code']} ({', '.join(f.get('subjects', []))})"
                               for f in identity if "identity" in f.get("code", ""))
@@ -130,7 +130,8 @@ def prepare(cohort: Cohort, copy: str, work: Path, cerebellum_weight: float = 0.
         name="C. mriprep" + (f", cerebellum weight {cerebellum_weight}" if cerebellum_weight else ""),
         batches=lambda seed: _batches(train, seed, augmenter),
         loss=_loss(), test=test, lost=refused, notes=notes,
-        seconds=time.perf_counter() - started, guarded=True)
+        seconds=time.perf_counter() - started, guarded=True,
+        epoch_steps=len(train) // BATCH)
 
 
 def _batches(dataset: MRIDataset, seed: int, augmenter):

@@ -20,10 +20,12 @@ one recipe per scan (:data:`DEFECTS`, printed by the bench):
   one scan;
 * posterior-fossa susceptibility artifacts over the cerebellum (signal loss with a bright
   fringe) in two of the 6 training scans, the third reported for real cohorts;
-* one person under two ids: training person 5 is scanned again, clean, and joins the
-  test split as ``sub-test-leak``.
+* one person under two ids: training person 5, whose scan every arm can use (it carries
+  no defect), is scanned again, clean, and joins the test split as ``sub-test-leak``.
 
-Every label map stays the true one: the defects are the image's.
+The defects are the image's: every label map is the true anatomy sampled on its own
+scan's grid (nearest neighbour), so a thick scan's map is stair-stepped, as a map made on
+that scan would be.
 """
 
 from __future__ import annotations
@@ -53,8 +55,7 @@ DEFECTS = {
     "sub-train01": ("extreme(1e30)", "thick(1x1x3)"),
     "sub-train02": ("nan_blobs", "posterior_fossa"),
     "sub-train03": ("zero_slab", "thick(1x1x2)"),
-    "sub-train04": ("wrong_orientation",),
-    "sub-train05": ("missing_slices",),
+    "sub-train04": ("wrong_orientation", "missing_slices"),
     "sub-val00": ("nan_blobs", "extreme(1e30)"),
 }
 THICK = {"thick(1x1x2)": (1.0, 1.0, 2.0), "thick(1x1x3)": (1.0, 1.0, 3.0)}
@@ -158,7 +159,8 @@ def plant(image: np.ndarray, labels: np.ndarray, affine: np.ndarray,
     image = image.astype(np.float64 if "extreme(1e308)" in defects else np.float32)
     brain = labels > 0
     points = np.argwhere(brain)
-    for defect in defects:
+    # The artifact first: it scales intensities, and a planted 1e308 must stay 1e308.
+    for defect in sorted(defects, key=lambda d: d != "posterior_fossa"):
         if defect.startswith("extreme("):
             value = float(defect[len("extreme("):-1])
             for centre in points[rng.choice(len(points), 3)]:

@@ -2,8 +2,8 @@
 
 Input: a sagittal slice with 3 neighbours on each side as 7 channels, 256 x 256 (each
 arm's own conformed or padded grid). The network averages the slice down to 2 mm before
-its first convolution and returns its logits at 2 mm: training compares them with every
-other row and column of the labels (:func:`at_network_grid`), and :func:`full_size` brings
+its first convolution and returns its logits at 2 mm: training compares them with each
+2 x 2 cell's most frequent class (:func:`at_network_grid`), and :func:`full_size` brings
 them back to the slice's 1 mm grid for the Dice. A step then costs about a quarter of a
 full-resolution one. Three levels of a U-Net, batch norm after every convolution (the
 statistic the NaN ablation measures).
@@ -58,10 +58,21 @@ class SliceNet(nn.Module):
         return self.head(d1)
 
 
-def at_network_grid(target: torch.Tensor, stride: int) -> torch.Tensor:
-    """A per-voxel target ``[B, H, W]`` at the logits' grid: one voxel of each
-    ``stride`` x ``stride`` cell (labels are not averaged)."""
-    return target[..., ::stride, ::stride]
+def at_network_grid(target: torch.Tensor, stride: int, kind: str) -> torch.Tensor:
+    """A per-voxel target ``[B, H, W]`` on the logits' grid, each ``stride`` x ``stride``
+    cell summed up where the averaged input sees it (its centre, as the bilinear
+    :func:`full_size` puts it back): ``"classes"`` the cell's most frequent class,
+    ``"valid"`` valid only where all of the cell is, ``"weight"`` the cell's mean."""
+    if stride == 1:
+        return target
+    if kind == "classes":
+        one_hot = F.one_hot(target.long(), int(target.max()) + 1).permute(0, 3, 1, 2)
+        return F.avg_pool2d(one_hot.float(), stride).argmax(1)
+    if kind == "valid":
+        return ~F.max_pool2d((~target.bool()).float()[:, None], stride)[:, 0].bool()
+    if kind == "weight":
+        return F.avg_pool2d(target.float()[:, None], stride)[:, 0]
+    raise ValueError(f"kind={kind!r}: classes, valid or weight")
 
 
 def full_size(logits: torch.Tensor, size) -> torch.Tensor:

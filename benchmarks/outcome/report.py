@@ -15,12 +15,16 @@ def _f(value, spec=".3f") -> str:
 
 
 def print_table(out: dict) -> None:
-    print(f"\noutcome: {out['steps']} steps per arm (epoch = {out['epoch_steps']} steps); "
-          "Dice on the clean test subjects (the leaked one left out), mean over the classes "
-          "each holds")
-    head = (f"  {'arm':48s} {'non-finite':>10s} {'per 10 ep':>9s} {'skipped':>10s} "
-            f"{'subj lost':>9s} {'train s':>8s} {'prep s':>7s} "
-            + " ".join(f"{s[:11]:>11s}" for s in STRUCTURES) + f" {'leak lift':>9s}")
+    print(f"\noutcome: {out['steps']} steps per arm. Non-finite: steps with a non-finite "
+          "input, loss or gradient (an unguarded arm's NaN weights make every later step "
+          "one); per 10 epochs of the arm's own training slices. Dice on the clean test "
+          "subjects, the leaked person apart: mean over the classes each holds, and "
+          "structures. Leak gap: the leaked person's Dice minus the unseen people's; lift: "
+          "what the leak adds to the test split's mean")
+    head = (f"  {'arm':48s} {'non-finite':>10s} {'/10 epochs':>10s} {'skipped':>7s} "
+            f"{'train lost':>10s} {'train s':>7s} {'prep s':>6s} "
+            + " ".join(f"{s[:11]:>11s}" for s in STRUCTURES)
+            + f" {'leak gap':>8s} {'lift':>6s}")
     print(head)
     for row in out["arms"]:
         if row.get("skipped"):
@@ -28,11 +32,11 @@ def print_table(out: dict) -> None:
             continue
         dice = row["dice"]
         print(f"  {row['arm'][:48]:48s} {row['event_steps']:>10d} "
-              f"{row['events_per_10_epochs']:>9.1f} {row['steps_skipped']:>10d} "
-              f"{len(row['subjects_lost']):>9d} {row['train_seconds']:>8.0f} "
-              f"{row['prepare_seconds']:>7.0f} "
+              f"{row['events_per_10_epochs']:>10.0f} {row['steps_skipped']:>7d} "
+              f"{len(row['train_subjects_lost']):>10d} {row['train_seconds']:>7.0f} "
+              f"{row['prepare_seconds']:>6.0f} "
               + " ".join(f"{_f(dice.get(s)):>11s}" for s in STRUCTURES)
-              + f" {_f(row.get('leak_lift'), '+.3f'):>9s}")
+              + f" {_f(row.get('leak_gap'), '+.3f'):>8s} {_f(row.get('leak_lift'), '+.3f'):>6s}")
     print("  first non-finite cause, subjects lost, notes:")
     for row in out["arms"]:
         if row.get("skipped"):
@@ -47,12 +51,13 @@ def print_table(out: dict) -> None:
     if nan:
         print("\n  NaN ablation (mriprep's clean cache, NaN blobs planted in the training "
               "volumes): test Dice, and the first batch norm's variance error")
-        print(f"  {'share':>6s} {'handling':>13s} " + " ".join(f"{s[:11]:>11s}" for s in STRUCTURES)
-              + f" {'BN var err':>10s}")
+        print(f"  {'share':>6s} {'handling':>13s} "
+              + " ".join(f"{s[:11]:>11s}" for s in STRUCTURES) + f" {'BN var err':>10s}")
         for r in nan:
+            error = r["batch_norm_error"]
             print(f"  {r['share']:>6.0%} {r['handling']:>13s} "
                   + " ".join(f"{_f(r['dice'].get(s)):>11s}" for s in STRUCTURES)
-                  + f" {r['batch_norm_error']:>10.1%}")
+                  + f" {'-' if error is None else format(error, '.1%'):>10s}")
 
 
 # What the field reports (issue 46, its sources' figures), set beside the ablations.
@@ -69,7 +74,8 @@ def print_beside_reported(out: dict) -> None:
     print("\n  beside the reported figures:")
     if nan:
         errors = ", ".join(f"{r['handling']} {r['share']:.0%}: {r['batch_norm_error']:.1%}"
-                           for r in nan if r["share"] >= 0.15)
+                           for r in nan if r["share"] >= 0.15
+                           and r["batch_norm_error"] is not None)
         print(f"    reported: {REPORTED['batch norm']}\n      here (first batch norm's "
               f"variance): {errors}")
         zero = next((r for r in nan if r["handling"] == "none"), None)
@@ -77,8 +83,11 @@ def print_beside_reported(out: dict) -> None:
             lost = ", ".join(
                 f"{r['share']:.0%}: {_f(zero['dice']['lateral ventricles'] - r['dice']['lateral ventricles'], '+.3f')}"
                 for r in nan if r["handling"] == "mean")
+            again = next((r for r in nan if r["handling"] == "none, seed 1"), None)
+            noise = ("" if again is None else
+                     f"; two seeds at 0% lie {_f(abs(zero['dice']['lateral ventricles'] - again['dice']['lateral ventricles']))} apart")
             print(f"    reported: {REPORTED['mean filling']}\n      here (ventricles, 0% "
-                  f"minus mean-filled): {lost}")
+                  f"minus mean-filled): {lost}{noise}")
     for r in out["ablations"]:
         if r["ablation"] == "cerebellum weight" and r["weighted"] in arms \
                 and r["unweighted"] in arms:

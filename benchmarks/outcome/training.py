@@ -45,7 +45,7 @@ class TestVolume:
     subject_id: str
     image: np.ndarray    # [S, H, W] float32
     classes: np.ndarray  # [S, H, W] integer classes of the table's sagittal view
-    valid: np.ndarray | None = None
+    valid: np.ndarray | None = None  # the arm's own mask (not used by the Dice)
 
 
 @dataclass
@@ -57,6 +57,7 @@ class PreparedArm:
     lost: dict[str, str] = field(default_factory=dict)  # subject -> why it was lost
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # preparation's wall time
+    epoch_steps: int = 0  # batches in one pass over the training slices
     input_fix: Callable[[torch.Tensor], torch.Tensor] | None = None
     clip: float | None = None
     guarded: bool = False  # NaNGuard first, and a non-finite step is skipped
@@ -94,10 +95,13 @@ def structures() -> dict[str, list[int]]:
 
 def train(arm: PreparedArm, steps: int, seed: int = 0, device: str = "cpu",
           amp: bool = False, stride: int = STRIDE) -> Run:
-    """``steps`` optimiser steps of :class:`SliceNet` on ``arm``'s batches. ``amp``:
-    float16 autocast with a GradScaler (CUDA), whose skipped steps are counted apart from
-    the non-finite events: under float16 an overflowing gradient is routine, and the
-    locator then watches the forward pass only."""
+    """``steps`` optimiser steps of :class:`SliceNet` on ``arm``'s batches.
+
+    ``amp``: float16 autocast with a GradScaler (CUDA), in every arm alike. The scaler
+    skips a step whose gradients are not finite, so there an unguarded arm's NaN does not
+    reach its weights: such a step is still counted as an event. A step with a finite
+    loss whose gradients overflowed is the scaler's routine (``scaler_skipped``, not an
+    event), and the locator then watches the forward pass only."""
     torch.manual_seed(seed)
     device = torch.device(device)
     guard = NaNGuard("raise") if arm.guarded else None
@@ -117,41 +121,41 @@ def train(arm: PreparedArm, steps: int, seed: int = 0, device: str = "cpu",
         ids = batch.get("subject_id")
         if guard is not None:
             guard.set_batch(ids, step)
-        bad_input = not bool(torch.isfinite(image).all())
-        cause, loss = None, None
+        optimiser.zero_grad(set_to_none=True)
+        cause, loss, backward_ran = None, None, False
         try:
             with locator(step=step, subject_ids=ids):
                 with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
                     logits = model(image)
                 loss = arm.loss(logits.float(), batch)
-                optimiser.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
+                backward_ran = True
         except NonFiniteError as error:  # the guard's, or the locator's on leaving
             cause = str(error)
-        # No loss: the guard refused the input before the forward pass.
-        finite_loss = loss is None or bool(torch.isfinite(loss.detach()).all())
-        scaler.unscale_(optimiser)
-        finite_grads = all(bool(torch.isfinite(p.grad).all())
-                           for p in model.parameters() if p.grad is not None)
+        bad_input = not bool(torch.isfinite(image).all())
+        finite_loss = loss is not None and bool(torch.isfinite(loss.detach()).all())
+        finite_grads = True
+        if backward_ran:
+            scaler.unscale_(optimiser)
+            finite_grads = all(bool(torch.isfinite(p.grad).all())
+                               for p in model.parameters() if p.grad is not None)
         events["input"] += bad_input
-        events["loss"] += not finite_loss
-        non_finite = bad_input or not finite_loss or cause is not None or loss is None
-        if amp and finite_loss and not finite_grads:
-            events["scaler_skipped"] += 1  # the scaler skips it and lowers its scale
-        else:
-            events["gradients"] += not finite_grads
-            non_finite = non_finite or not finite_grads
-        if non_finite:
+        events["loss"] += loss is not None and not finite_loss
+        routine = amp and finite_loss and not finite_grads and not bad_input
+        events["scaler_skipped"] += routine
+        events["gradients"] += not finite_grads and not routine
+        if bad_input or not finite_loss or (not finite_grads and not routine) or cause:
             event_steps += 1
             first_cause = first_cause or cause or "a non-finite value the locator did not name"
             if arm.guarded:
                 events["skipped"] += 1
                 losses.append(math.nan)
-                scaler.update()
+                if backward_ran:
+                    scaler.update()
                 continue
         if arm.clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), arm.clip)
-        scaler.step(optimiser)
+        scaler.step(optimiser)  # unguarded: the step is taken, NaN or not (amp: skipped)
         scaler.update()
         losses.append(float(loss.detach()))
         del loss
@@ -164,7 +168,7 @@ def at_logit_grid(batch: dict, stride: int) -> dict:
     out = dict(batch)
     for key in ("classes", "valid", "weight"):
         if key in out:
-            out[key] = at_network_grid(out[key], stride)
+            out[key] = at_network_grid(out[key], stride, key)
     return out
 
 
@@ -175,12 +179,15 @@ def thick(image: np.ndarray, k: int) -> np.ndarray:
     return image[index]
 
 
-def predict(model: SliceNet, volume: TestVolume, input_fix=None, margin: int = 8) -> np.ndarray:
-    """Classes predicted for the slices of ``volume`` that hold the head's labels (and
-    ``margin`` beyond), background elsewhere."""
-    labelled = np.flatnonzero(volume.classes.reshape(len(volume.classes), -1).any(axis=1))
-    first, last = max(labelled[0] - margin, 0), min(labelled[-1] + margin, len(volume.image) - 1)
+def predict(model: SliceNet, volume: TestVolume, input_fix=None) -> np.ndarray:
+    """Classes predicted for every slice of ``volume`` whose 7-slice input holds a
+    non-zero voxel; background where the input is all 0 (the image, not the labels,
+    decides)."""
     predicted = np.zeros(volume.classes.shape, dtype=np.int64)
+    lit = np.flatnonzero(volume.image.reshape(len(volume.image), -1).any(axis=1))
+    if len(lit) == 0:
+        return predicted
+    first, last = max(lit[0] - CONTEXT, 0), min(lit[-1] + CONTEXT, len(volume.image) - 1)
     model.eval()
     device = next(model.parameters()).device
     with torch.no_grad():
@@ -198,14 +205,13 @@ def predict(model: SliceNet, volume: TestVolume, input_fix=None, margin: int = 8
 def dice_scores(model: SliceNet, test: list[TestVolume], input_fix=None
                 ) -> dict[str, dict[str, float]]:
     """Per test subject: the mean hard Dice over the classes its labels hold (``mean``),
-    and the Dice of each of :func:`structures` (its classes taken together), over the
-    subject's valid voxels."""
+    and the Dice of each of :func:`structures` (its classes taken together), over every
+    voxel of the arm's grid (what an arm holds invalid is scored too: the arms alike)."""
     classes = classes_count()
     out = {}
     for volume in test:
         predicted = predict(model, volume, input_fix)
-        valid = np.ones(volume.classes.shape, bool) if volume.valid is None else volume.valid
-        confusion = np.bincount(volume.classes[valid] * classes + predicted[valid],
+        confusion = np.bincount((volume.classes * classes + predicted).ravel(),
                                 minlength=classes * classes).reshape(classes, classes)
         held = [c for c in range(1, classes) if confusion[c].sum() > 0]
         row = {"mean": float(np.mean([dice_of(confusion, [c]) for c in held]))}

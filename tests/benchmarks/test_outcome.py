@@ -96,9 +96,11 @@ def test_dice_from_the_confusion_matrix():
 
 
 def test_the_input_fixes_of_arm_a():
-    x = torch.tensor([[1.0, math.nan, 3.0], [math.nan, math.nan, math.nan]])
-    assert nan_to_zero(x).tolist() == [[1.0, 0.0, 3.0], [0.0, 0.0, 0.0]]
-    assert nan_to_mean(x).tolist() == [[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]
+    x = torch.tensor([[1.0, math.nan], [3.0, math.inf]])
+    assert nan_to_zero(x)[0].tolist() == [1.0, 0.0] and nan_to_zero(x)[1, 1] > 1e38
+    # the mean of the finite voxels; an infinity is not NaN and stays
+    assert nan_to_mean(x).tolist() == [[1.0, 2.0], [3.0, math.inf]]
+    assert nan_to_mean(torch.full((2,), math.nan)).tolist() == [0.0, 0.0]
 
 
 @pytest.mark.parametrize("share", [0.05, 0.3])
@@ -118,7 +120,8 @@ def test_the_three_nan_handlings():
     zero, zero_valid = ablations.handle(image, holes, valid, "zero")
     assert (zero[holes] == 0).all() and zero_valid.all()
     mean, _ = ablations.handle(image, holes, valid, "mean")
-    assert np.allclose(mean[holes], image[~holes].mean())
+    # the head's mean: the other non-zero voxels (a conformed background is 0)
+    assert np.allclose(mean[holes], image[~holes & (image > 0)].mean())
     local, local_valid = ablations.handle(image, holes, valid, "mriprep")
     # Filled from the neighbours: close to the true values, and no longer valid.
     assert np.abs(local[holes] - image[holes]).max() < 0.05
@@ -127,10 +130,23 @@ def test_the_three_nan_handlings():
         ablations.handle(image, holes, valid, "median")
 
 
-def test_under_a_grad_scaler_a_guarded_loop_still_skips_and_names_the_step():
-    # float16 autocast with a GradScaler: the path benchmarks/gpu_check.py --outcome runs
-    # on CUDA, here on the CPU.
-    run = train(_arm({1}, guarded=True), steps=3, amp=True)
+def test_a_refused_step_leaves_no_gradient_for_the_next_to_count():
+    run = train(_arm({1, 2}, guarded=True), steps=4)
+    assert run.events == {"input": 2, "loss": 0, "gradients": 0, "skipped": 2,
+                          "scaler_skipped": 0}
+
+
+# float16 autocast with a GradScaler: the path benchmarks/gpu_check.py --outcome runs on
+# CUDA, here on the CPU.
+@pytest.mark.parametrize("first", [0, 1])
+def test_under_a_grad_scaler_a_guarded_loop_still_skips_and_names_the_step(first):
+    run = train(_arm({first}, guarded=True), steps=3, amp=True)
     assert run.events["skipped"] == 1 and run.event_steps == 1
-    assert "step 1" in run.first_cause
+    assert f"step {first}" in run.first_cause
+    assert all(torch.isfinite(p).all() for p in run.model.parameters())
+
+
+def test_under_a_grad_scaler_an_unguarded_nan_is_counted_though_the_scaler_skips_it():
+    run = train(_arm({1}, guarded=False), steps=3, amp=True)
+    assert run.event_steps == 1 and run.events["input"] == 1
     assert all(torch.isfinite(p).all() for p in run.model.parameters())
