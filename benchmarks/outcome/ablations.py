@@ -30,11 +30,11 @@ from mriprep.stages.sanitize import fill_local
 from mriprep.training import CrossEntropyLoss, DiceLoss
 from mriprep.training.labels.weights import weights_from_counts
 
-from benchmarks.outcome.training import BATCH, PreparedArm, TestVolume, classes_count, thick
+from benchmarks.outcome.sampler import slice_batches, slice_pool
+from benchmarks.outcome.training import PreparedArm, TestVolume, classes_count
 
 SHARES = (0.05, 0.15, 0.30)
 HANDLINGS = ("zero", "mean", "mriprep")
-BLANK_THRESHOLD = 50
 
 
 @dataclasses.dataclass
@@ -108,21 +108,7 @@ def arm(name: str, volumes: Volumes, test: list[TestVolume]) -> PreparedArm:
 
 
 def batches(volumes: Volumes, seed: int):
-    items = volumes.items
-    pool = [(n, k) for n, (_, _, classes, _) in enumerate(items)
-            for k in np.flatnonzero(classes.reshape(len(classes), -1).sum(1) > BLANK_THRESHOLD)]
-    rng = np.random.default_rng(seed)
-    while True:
-        order = rng.permutation(len(pool))
-        for start in range(0, len(order) - BATCH + 1, BATCH):
-            chosen = [pool[i] for i in order[start:start + BATCH]]
-            yield {
-                "image": torch.from_numpy(np.stack([thick(items[n][1], k) for n, k in chosen])
-                                          .astype(np.float32)),
-                "classes": torch.from_numpy(np.stack([items[n][2][k] for n, k in chosen])),
-                "valid": torch.from_numpy(np.stack([items[n][3][k] for n, k in chosen])),
-                "subject_id": [items[n][0] for n, _ in chosen],
-            }
+    return slice_batches(volumes.items, slice_pool(volumes.items), seed)
 
 
 def batch_norm_error(model, clean: Volumes, handled: Volumes, batches_: int = 6,

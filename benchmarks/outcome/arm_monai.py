@@ -37,11 +37,10 @@ import numpy as np
 import torch
 
 from benchmarks.outcome.cohort import Cohort
-from benchmarks.outcome.training import (BATCH, VIEW, PreparedArm, TestVolume, class_table,
-                                         thick)
+from benchmarks.outcome.sampler import slice_batches, slice_pool
+from benchmarks.outcome.training import BATCH, VIEW, PreparedArm, TestVolume, class_table
 
 SIZE = 256
-BLANK_THRESHOLD = 50  # FastSurfer's blank-slice filter: the sum of a slice's classes
 CLIP = 12.0
 
 
@@ -131,24 +130,3 @@ def dice_ce_loss():
     from monai.losses import DiceCELoss
     loss = DiceCELoss(to_onehot_y=True, softmax=True)
     return lambda logits, batch: loss(logits, batch["classes"][:, None])
-
-
-def slice_pool(volumes) -> list[tuple[int, int]]:
-    """(volume, slice) of the slices whose classes sum above the blank threshold."""
-    return [(n, int(k)) for n, (_, _, classes) in enumerate(volumes)
-            for k in np.flatnonzero(classes.reshape(len(classes), -1).sum(1) > BLANK_THRESHOLD)]
-
-
-def slice_batches(volumes: list[tuple[str, np.ndarray, np.ndarray]], pool, seed: int):
-    """Endless shuffled batches of 7-slice sagittal stacks (axis 0 of RAS volumes)."""
-    rng = np.random.default_rng(seed)
-    while True:
-        order = rng.permutation(len(pool))
-        for start in range(0, len(order) - BATCH + 1, BATCH):
-            chosen = [pool[i] for i in order[start:start + BATCH]]
-            yield {
-                "image": torch.from_numpy(np.stack([thick(volumes[n][1], k)
-                                                    for n, k in chosen]).astype(np.float32)),
-                "classes": torch.from_numpy(np.stack([volumes[n][2][k] for n, k in chosen])),
-                "subject_id": [volumes[n][0] for n, _ in chosen],
-            }

@@ -13,6 +13,7 @@ import torch
 from benchmarks.outcome import ablations
 from benchmarks.outcome.arm_monai import nan_to_mean, nan_to_zero
 from benchmarks.outcome.cohort import plant
+from benchmarks.outcome.sampler import slice_batches, slice_pool
 from benchmarks.outcome.training import PreparedArm, dice_of, thick, train
 
 
@@ -150,3 +151,17 @@ def test_under_a_grad_scaler_an_unguarded_nan_is_counted_though_the_scaler_skips
     run = train(_arm({1}, guarded=False), steps=3, amp=True)
     assert run.event_steps == 1 and run.events["input"] == 1
     assert all(torch.isfinite(p).all() for p in run.model.parameters())
+
+
+def test_the_sampler_leaves_blank_slices_out_and_carries_valid_where_given():
+    classes = np.zeros((6, 8, 8), np.int64)
+    classes[2:4] = 1  # 64 voxels of class 1: above the blank threshold of 50
+    image = np.random.default_rng(0).random((6, 8, 8), dtype=np.float32)
+    valid = np.ones((6, 8, 8), bool)
+    pool = slice_pool([("s", image, classes, valid)])
+    assert pool == [(0, 2), (0, 3)]
+    volumes = [("s", image, classes, valid)] * 4
+    batch = next(slice_batches(volumes, slice_pool(volumes), seed=0))
+    assert batch["image"].shape == (8, 7, 8, 8) and batch["valid"].shape == (8, 8, 8)
+    assert "valid" not in next(slice_batches([v[:3] for v in volumes],
+                                             slice_pool(volumes), seed=0))
