@@ -132,10 +132,15 @@ def test_the_commands_the_readme_and_the_pages_show_are_commands_mriprep_takes()
     assert refused == []
 
 
-def test_the_readme_is_short_and_opens_with_the_users_own_data():
+def test_the_readme_opens_with_the_result_then_the_users_own_data():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES
-    first_screen = "\n".join(lines[:45])
+    # The outcome bench's table, its picture and the command that makes them come first
+    # (issue 46); the user's own data follows within the first two screens.
+    result = "\n".join(lines[:lines.index("## Your own data")])
+    assert "docs/img/outcome.png" in result and "bench_outcome.py" in result
+    assert (ROOT / "docs" / "img" / "outcome.png").is_file()
+    first_screen = "\n".join(lines[:75])
     assert "## Your own data" in first_screen
     for way in ("manifest from-bids", "manifest from-freesurfer", "manifest validate",
                 "mriprep run", "mriprep check"):
