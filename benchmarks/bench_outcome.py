@@ -69,8 +69,8 @@ def main(argv=None) -> int:
                         help="the network computes at the slices' 1 mm (default: 2 mm, "
                         "to fit the CPU budget)")
     parser.add_argument("--skip-ablations", action="store_true",
-                        help="the arms only (the NaN and cerebellum ablations take half "
-                        "the time)")
+                        help="the arms only (the ablations take about a third of the "
+                        "time)")
     args = parser.parse_args(argv)
     if args.work_dir:
         return run(args, args.work_dir)
@@ -82,7 +82,7 @@ def run(args, work: Path) -> int:
     import torch
 
     from benchmarks.outcome import arm_fastsurfer, arm_monai, arm_mriprep
-    from benchmarks.outcome.cohort import DEFECTS, LEAK_ID, build_cohort
+    from benchmarks.outcome.cohort import DEFECTS, LEAK_ID, LEAKED, build_cohort
     from benchmarks.outcome.report import plot, print_beside_reported, print_table
     from benchmarks.outcome.training import dice_scores, train
 
@@ -96,7 +96,7 @@ def run(args, work: Path) -> int:
     print("  dirty copy (training and validation scans; test scans clean):")
     for sid, defects in DEFECTS.items():
         print(f"    {sid}: {', '.join(defects)}")
-    print(f"    {LEAK_ID}: a second scan of {cohort_leak_source()} (training) in the test split")
+    print(f"    {LEAK_ID}: a second scan of {LEAKED} (training) in the test split")
 
     results = []
 
@@ -189,11 +189,6 @@ def run_ablations(args, cohort, work, clean, measure) -> list[dict]:
 
 def training_options(args) -> dict:
     return dict(device=args.device, amp=args.amp, stride=1 if args.full_size else 2)
-
-
-def cohort_leak_source() -> str:
-    from benchmarks.outcome.cohort import LEAKED
-    return LEAKED
 
 
 def summarise(arm, run_, scores: dict, leak_id: str, name: str | None = None) -> dict:
