@@ -99,11 +99,12 @@ def run(args, work: Path) -> int:
     print(f"    {LEAK_ID}: a second scan of {LEAKED} (training) in the test split")
 
     results = []
+    training_ids = {s.subject_id for s in cohort.clean if s.split == "train"}
 
     def measure(arm, name=None):
         run_ = train(arm, args.steps, **training_options(args))
-        scores = dice_scores(run_.model, arm.test, arm.input_fix)
-        row = summarise(arm, run_, scores, LEAK_ID, name)
+        scores = dice_scores(run_.model, arm.test)
+        row = summarise(arm, run_, scores, LEAK_ID, training_ids, name)
         results.append(row)
         print(f"  {row['arm']}: {row['event_steps']} non-finite step(s), test Dice "
               f"{_fmt(row['dice']['mean'])}, {row['train_seconds']:.0f} s training, "
@@ -191,7 +192,8 @@ def training_options(args) -> dict:
     return dict(device=args.device, amp=args.amp, stride=1 if args.full_size else 2)
 
 
-def summarise(arm, run_, scores: dict, leak_id: str, name: str | None = None) -> dict:
+def summarise(arm, run_, scores: dict, leak_id: str, training_ids: set[str],
+              name: str | None = None) -> dict:
     kept = {s: v for s, v in scores.items() if s != leak_id}
     steps = max(len(run_.losses), 1)
     row = {
@@ -204,7 +206,7 @@ def summarise(arm, run_, scores: dict, leak_id: str, name: str | None = None) ->
         "first_cause": run_.first_cause,
         "steps_skipped": run_.events["skipped"],
         "subjects_lost": arm.lost,
-        "train_subjects_lost": sorted(s for s in arm.lost if s.startswith("sub-train")),
+        "train_subjects_lost": sorted(s for s in arm.lost if s in training_ids),
         "notes": arm.notes,
         "train_seconds": run_.seconds,
         "prepare_seconds": arm.seconds,

@@ -86,7 +86,7 @@ averaged over all classes) plus cross-entropy per voxel times the weight map, av
 Training loop: FastSurfer's ``Trainer.train`` (``FastSurferCNN/train.py`` upstream, not in
 the checkout) does ``zero_grad``, forward, ``loss_total.backward()``,
 ``optimizer.step()``: no check for non-finite values and no gradient clipping, so
-``guarded=False``, ``clip=None``, ``input_fix=None`` (assumed from the upstream file;
+``guarded=False``, ``clip=None`` (assumed from the upstream file;
 the checkout holds no trainer to verify against).
 
 Test volumes: each test subject (clean scans) through steps 1-2, the conformed image /255
@@ -208,7 +208,7 @@ def prepare(cohort: Cohort, copy: str, work: Path, loader: str = "plain"
     name = f"{NAME}, {type(dataset).__name__}"
     return PreparedArm(name=name, batches=batches, loss=loss, test=test, lost=lost,
                        notes=notes, seconds=seconds + time.perf_counter() - started,
-                       input_fix=None, clip=None, guarded=False,
+                       clip=None, guarded=False,
                        epoch_steps=len(dataset) // BATCH)
 
 

@@ -6,14 +6,14 @@
 * ``mriprep run -p t1w_mni_rigid`` beside it: only a registered cache tells one person in
   two scans (docs/qc.md, "One person in two splits") and a header whose orientation is
   wrong (the register stage refuses it); what this run refuses is not trained on either;
-* ``mriprep check`` of both caches (errors and warnings kept in the notes): the test subjects an
-  ``identity-leak`` names leave the test split, the fix the finding gives;
+* ``mriprep check`` of both caches (errors and warnings kept in the notes): the test
+  subjects an ``identity-leak`` names leave the test split, the fix the finding gives;
 * ``MRIDataset(mode="thick_slice", view="sagittal", manifest=<the served subjects>,
   exclude_flagged=True)`` (what a warning or an error of the check concerns is left out,
-  docs/qc.md) with the bench table's classes and FastSurfer's weight map -> ``make_dataloader`` ->
-  ``Augment`` (light: the reference training's, without flips) ->
-  :class:`~mriprep.training.NaNGuard` as the network's first layer, and the valid-aware
-  ``DiceLoss`` + weighted ``CrossEntropyLoss`` (filled and masked voxels teach nothing).
+  docs/qc.md) with the bench table's classes and FastSurfer's weight map ->
+  ``make_dataloader`` -> :class:`~mriprep.training.NaNGuard` as the network's first
+  layer, and the valid-aware ``DiceLoss`` + weighted ``CrossEntropyLoss`` (filled and
+  masked voxels teach nothing). No arm augments: the comparison is of data paths.
 
 ``cerebellum_weight`` adds that share to the weight map on the cerebellum's classes
 (``WeightOptions.region_weights``: 0.3 multiplies it by 1.3), the ablation the bench
@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mriprep.training import CrossEntropyLoss, DiceLoss, MRIDataset, make_dataloader, to_device
-from mriprep.training.augment import Augment, AugmentConfig
+from mriprep.training import CrossEntropyLoss, DiceLoss, MRIDataset, make_dataloader
 from mriprep.training.labels.slices import as_view
 from mriprep.training.labels.weights import WeightOptions
 
@@ -42,18 +41,12 @@ from benchmarks.outcome.training import TABLE, BATCH, VIEW, PreparedArm, TestVol
 PIPELINE = "conform_1mm"
 IDENTITY_PIPELINE = "t1w_mni_rigid"
 CEREBELLUM = ("Left-Cerebellum-White-Matter", "Left-Cerebellum-Cortex")
-# The reference training's light augmentation (examples/train_2p5d.py), without flips:
-# the sagittal classes need none, and a sagittal flip is not a mirror.
-LIGHT = dict(affine_prob=0.5, rotation_deg=10.0, scale=(0.95, 1.05), shear=0.02,
-             translation=2.0, elastic_prob=0.2, elastic_magnitude=(0.0, 2.0),
-             bias_prob=0.2, bias_strength=0.2, gamma_prob=0.2, gamma=(0.8, 1.25),
-             contrast_prob=0.2, noise_prob=0.2, noise_std=(0.0, 0.05))
 
 
 def cache_cohort(cohort: Cohort, copy: str, work: Path, pipeline: str = PIPELINE
-                 ) -> tuple[Path, dict[str, str], dict]:
+                 ) -> tuple[Path, dict[str, str]]:
     """The cohort's copy through ``mriprep run``: (cache, subjects refused with their
-    reasons, the run's JSON summary)."""
+    reasons)."""
     work.mkdir(parents=True, exist_ok=True)
     manifest = work / f"{copy}.csv"
     _write_manifest(manifest, cohort.subjects(copy))
@@ -63,7 +56,7 @@ def cache_cohort(cohort: Cohort, copy: str, work: Path, pipeline: str = PIPELINE
     summary = json.loads(out.stdout)
     refused = {f["subject_id"]: f"{f.get('stage')}: {f.get('reason')}"
                for f in summary.get("failed", [])}
-    return cache, refused, summary
+    return cache, refused
 
 
 def _write_manifest(path: Path, subjects) -> None:
@@ -91,18 +84,19 @@ def _mriprep(args: list[str], log: Path) -> subprocess.CompletedProcess:
                               stderr=err, text=True, check=False)
 
 
-def prepare(cohort: Cohort, copy: str, work: Path, cerebellum_weight: float = 0.0,
-            augment: bool = False) -> PreparedArm:
+def prepare(cohort: Cohort, copy: str, work: Path, cerebellum_weight: float = 0.0
+            ) -> PreparedArm:
     started = time.perf_counter()
-    cache, refused, summary = cache_cohort(cohort, copy, work)
+    cache, refused = cache_cohort(cohort, copy, work)
     status, findings = check(cache)
     # conform_1mm does not register, and only a registered cache can tell one person in
     # two scans (docs/qc.md) or a header whose orientation is wrong: those are judged on
     # a t1w_mni_rigid cache, and what it refuses is not trained on.
-    people, unserved, _ = cache_cohort(cohort, copy, work, pipeline=IDENTITY_PIPELINE)
+    people, unserved = cache_cohort(cohort, copy, work, pipeline=IDENTITY_PIPELINE)
     identity_status, identity = check(people, labels=False)
+    testing = {s.subject_id for s in cohort.subjects(copy) if s.split == "test"}
     leaked = sorted({s for f in identity if f.get("code") == "identity-leak"
-                     for s in f.get("subjects", []) if s.startswith("sub-test")})
+                     for s in f.get("subjects", []) if s in testing})
     weights = WeightOptions(region_weights={name: 1.0 + cerebellum_weight
                                             for name in CEREBELLUM} if cerebellum_weight else {})
     table = class_table()
@@ -124,31 +118,22 @@ def prepare(cohort: Cohort, copy: str, work: Path, cerebellum_weight: float = 0.
                     or "no person in two splits"))
     if leaked:
         notes.append(f"left the test split on check's identity-leak: {', '.join(leaked)}")
-    augmenter = (Augment(AugmentConfig(seed=0, weight_keys=("weight",), **LIGHT))
-                 if augment else None)
     return PreparedArm(
         name="C. mriprep" + (f", cerebellum weight {cerebellum_weight}" if cerebellum_weight else ""),
-        batches=lambda seed: _batches(train, seed, augmenter),
+        batches=lambda seed: _batches(train, seed),
         loss=_loss(), test=test, lost=refused, notes=notes,
         seconds=time.perf_counter() - started, guarded=True,
         epoch_steps=len(train) // BATCH)
 
 
-def _batches(dataset: MRIDataset, seed: int, augmenter):
+def _batches(dataset: MRIDataset, seed: int):
     loader = make_dataloader(dataset, batch_size=BATCH, num_workers=2, seed=seed,
                              drop_last=True)
-    epoch = 0
     while True:
-        if augmenter is not None:
-            augmenter.set_epoch(epoch)
         for batch in loader:
-            batch = to_device(batch, "cpu")
             batch["image"] = batch["image"] / 255.0  # FastSurfer scales orig to 0-1
-            if augmenter is not None:
-                batch = augmenter(batch)
             batch["classes"] = batch["label"]
             yield batch
-        epoch += 1
 
 
 def _loss():

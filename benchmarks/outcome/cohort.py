@@ -177,6 +177,8 @@ def plant(image: np.ndarray, labels: np.ndarray, affine: np.ndarray,
             image = _posterior_fossa(image, labels, rng)
         elif defect == "wrong_orientation":
             affine = _swap_front_back(affine)
+        elif defect not in THICK:  # a thick scan is acquired so, not planted
+            raise ValueError(f"unknown defect {defect!r}; the known ones are in DEFECTS")
     return image, labels, affine
 
 

@@ -34,7 +34,6 @@ VIEW = "sagittal"
 TABLE = Path(__file__).with_name("aseg_classes.tsv")
 BATCH = 8
 LEARNING_RATE = 3e-3
-STEPS_PER_EPOCH = 10  # the bench's epoch: a real one does not fit the CPU budget
 
 
 @dataclass
@@ -58,7 +57,6 @@ class PreparedArm:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # preparation's wall time
     epoch_steps: int = 0  # batches in one pass over the training slices
-    input_fix: Callable[[torch.Tensor], torch.Tensor] | None = None
     clip: float | None = None
     guarded: bool = False  # NaNGuard first, and a non-finite step is skipped
 
@@ -116,8 +114,6 @@ def train(arm: PreparedArm, steps: int, seed: int = 0, device: str = "cpu",
     for step in range(steps):
         batch = to_device(at_logit_grid(next(batches), stride), device)
         image = batch["image"]
-        if arm.input_fix is not None:
-            image = arm.input_fix(image)
         ids = batch.get("subject_id")
         if guard is not None:
             guard.set_batch(ids, step)
@@ -179,7 +175,7 @@ def thick(image: np.ndarray, k: int) -> np.ndarray:
     return image[index]
 
 
-def predict(model: SliceNet, volume: TestVolume, input_fix=None) -> np.ndarray:
+def predict(model: SliceNet, volume: TestVolume) -> np.ndarray:
     """Classes predicted for every slice of ``volume`` whose 7-slice input holds a
     non-zero voxel; background where the input is all 0 (the image, not the labels,
     decides)."""
@@ -195,22 +191,19 @@ def predict(model: SliceNet, volume: TestVolume, input_fix=None) -> np.ndarray:
             ks = range(start, min(start + 16, last + 1))
             x = torch.from_numpy(np.stack([thick(volume.image, k) for k in ks])
                                  .astype(np.float32)).to(device)
-            if input_fix is not None:
-                x = input_fix(x)
             predicted[list(ks)] = full_size(model(x).float(), x.shape[-2:]).argmax(1).cpu().numpy()
     model.train()
     return predicted
 
 
-def dice_scores(model: SliceNet, test: list[TestVolume], input_fix=None
-                ) -> dict[str, dict[str, float]]:
+def dice_scores(model: SliceNet, test: list[TestVolume]) -> dict[str, dict[str, float]]:
     """Per test subject: the mean hard Dice over the classes its labels hold (``mean``),
     and the Dice of each of :func:`structures` (its classes taken together), over every
     voxel of the arm's grid (what an arm holds invalid is scored too: the arms alike)."""
     classes = classes_count()
     out = {}
     for volume in test:
-        predicted = predict(model, volume, input_fix)
+        predicted = predict(model, volume)
         confusion = np.bincount((volume.classes * classes + predicted).ravel(),
                                 minlength=classes * classes).reshape(classes, classes)
         held = [c for c in range(1, classes) if confusion[c].sum() > 0]

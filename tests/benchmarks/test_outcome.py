@@ -42,6 +42,11 @@ def test_planted_defects_change_the_image_and_keep_the_labels(head):
     assert np.median(out[cerebellum & finite]) < 0.5 * 100.0
 
 
+def test_an_unknown_defect_is_refused(head):
+    with pytest.raises(ValueError, match="unknown defect 'spike'"):
+        plant(*head, ("spike",), np.random.default_rng(0))
+
+
 def test_plant_keeps_float32_without_a_value_beyond_it(head):
     image, labels, affine = head
     out, _, _ = plant(image, labels, affine, ("extreme(1e30)",), np.random.default_rng(1))
