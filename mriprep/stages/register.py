@@ -21,7 +21,10 @@ How it works, and why
   source. A receive field too strong for that (a surface coil, 7T) is divided out by N4
   on the 8 mm level before the search; the cached image is untouched. Voxels far
   brighter than any tissue once the field is gone (a spike slice that slice masking
-  missed) leave the metric.
+  missed) leave the metric. On the finest level the subject's field is estimated within
+  the template brain that the coarser levels' fit places, as the brain-extracted
+  template's is: over the whole head, a face or scalp that defacing or skull stripping
+  took away from one scan and not another changed the flattened brain near it.
 * **A brain-focused metric.** The fixed mask is the template's brain dilated by
   ``brain_margin_mm`` for the search's ranking, and the brain's interior for the fit
   (scalp, neck, and the brain's edge that skull stripping and defacing change differ
@@ -95,6 +98,7 @@ from mriprep.stages.registration.geometry import (
     ras_to_lps,
 )
 from mriprep.stages.registration.pyramid import (
+    Level,
     build_levels,
     centre_of_mass,
     corrected_levels,
@@ -116,6 +120,7 @@ from mriprep.stages.registration.template import (
     template_pyramid,
     template_search_level,
     template_brain_points,
+    template_brain_region,
     template_scalp,
     template_search_windows,
     template_shape_levels,
@@ -138,6 +143,9 @@ _BACKENDS = {"sitk": register_sitk, "ants": register_ants}
 # 0.13-0.16, -10 0.05 / 0.10-0.11, -12 0.05 / 0.15. Consistency across poses was best
 # at -10 too (0.01-0.02 mm on Colin27).
 SHAPE_MARGIN_MM = -10.0
+# Where the finest level's bias field is estimated: the template brain placed by the
+# coarser levels' fit, grown by this margin (see _within_brain).
+BRAIN_REGION_MARGIN_MM = 0.0
 
 
 def prepare_template(params: RegisterParams) -> None:
@@ -238,9 +246,11 @@ def register_volume(volume: Volume, params: RegisterParams,
     backend = _BACKENDS[params.backend]
     # The similarity judges the fit, at the subject's own size and shape: a rigid fit of a
     # small head correlates with the template as poorly as a failure does.
+    finest_moving = _within_brain(raw[-1], params)
     fits = []
     for initial in starts[: WIDE_FITS if wide else 1]:
-        found = backend(fixed, moving, shape_fixed, ras_to_lps(initial), centre_lps, params)
+        found = backend(fixed, moving, shape_fixed, ras_to_lps(initial), centre_lps, params,
+                        finest_moving)
         fitted = ras_to_lps(found.transform_lps)
         fits.append((template_similarity(fixed[-1], brains[-1], moving[-1], fitted),
                      found, fitted))
@@ -283,6 +293,28 @@ def register_volume(volume: Volume, params: RegisterParams,
         level_spacings_mm=params.levels,
         details={**details, **found.details},
     )
+
+
+def _within_brain(raw_finest: Level, params: RegisterParams):
+    """The finest level as the fit sees it, given the coarser levels' fit (template to
+    subject, LPS): its bias field estimated within the template's brain that fit places
+    (grown by :data:`BRAIN_REGION_MARGIN_MM`), not over the whole head.
+
+    The template is brain-extracted, so its flattening sees brain alone; a subject's
+    scalp, face and neck are what defacing, skull stripping and the field of view take
+    away from one scan of a head and not another, and over the whole head they changed
+    the flattened brain near them, and the fit with it (measured: docs/benchmarks.md,
+    "Registration", "The finest level flattened within the brain"). The coarser levels
+    keep the whole head: placed by the search's start, which is a few mm off and
+    differently on each scan, the brain made every level less consistent.
+    """
+    def finest(template_to_subject_lps: np.ndarray) -> Level:
+        region = template_brain_region(
+            raw_finest, ras_to_lps(template_to_subject_lps), params.template,
+            params.levels[-1], BRAIN_REGION_MARGIN_MM, params.template_brain_mask)
+        (level,) = flattened([raw_finest], params.bias_sigma_mm, [region])
+        return level
+    return finest
 
 
 def _itk_parameters(template_to_subject: np.ndarray, centre_lps: np.ndarray, model: str):

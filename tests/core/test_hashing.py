@@ -109,4 +109,4 @@ def test_the_default_pipeline_hashes_to_the_one_the_identity_reference_records()
     recorded = np.load(REFERENCE_PATH)["pipeline"]
     assert recorded[0] == "t1w_mni_rigid"
     assert load_pipeline("t1w_mni_rigid").hash == recorded[1] == \
-        "42489c768414e5e47f765d74933759e98f0d65c2943a106f69fa1513c4c0eb37"
+        "c5c399a10a6011234b84ddce8097b58c113f74435486482651fbd9c49d35f677"

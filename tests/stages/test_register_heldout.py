@@ -36,15 +36,15 @@ from mriprep.stages import get_stage
 
 CLASS_MEAN_LIMIT_MM = 0.15
 CLASS_MAX_LIMIT_MM = 0.45
-# Outside the goals on 2026-12-06 (0.7.0; issue 43's closing note): the worst scan of the
-# class or the case, and the limit a change must stay within: the worse of two
-# realisations of the scans' noise, plus the most a class's figure moved between them
-# (worst max 0.06 mm, mean 0.026 mm; make bench, registration). Measured, one thread:
-# missing slices 0.556 (colin27/sag3_defects_defaced), defaced 0.527 (robex/defaced_ax3);
-# robex/ax3_defects 0.158 mm mean (0.5.0's second realisation: 0.237). Skull-stripped
-# reached the goal with 0.7.0's denser last level (0.494 to 0.388).
-KNOWN_OUTSIDE_CLASS_MAX_MM = {"defects": 0.65, "defaced": 0.59}
-KNOWN_OUTSIDE_CASE_MEAN_MM = {"robex/ax3_defects": 0.27}
+# Outside the goal on 2026-12-07 (0.8.0; issue 43's closing note): the class's worst scan,
+# and the limit a change must stay within: the worse of two realisations of the scans'
+# noise, plus the most a class's worst scan moved between them (make bench,
+# registration). Measured, one thread: missing slices 0.605 (colin27/sag3_defects_defaced:
+# 3 mm sagittal, defaced, a 9 mm and a 3 mm gap; started from the consistent pose, the
+# fit converges 0.45 mm away: the objective, not the optimiser). 0.8.0's flattening
+# within the brain brought defaced heads (0.527 to 0.240) and ROBEX's 1x1x3 mm scan with
+# missing slices (0.158 to 0.139 mm mean) within the goals.
+KNOWN_OUTSIDE_CLASS_MAX_MM = {"defects": 0.65}
 
 pytestmark = [
     pytest.mark.calibration,
@@ -95,7 +95,7 @@ def test_every_class_of_the_held_out_set_is_within_its_bounds(registered, variat
     assert worst.consistency_max <= limit, (worst.case, worst.consistency_max)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 43: outside the 0.45 mm goal on 2026-12-06; "
+@pytest.mark.xfail(strict=True, reason="issue 43: outside the 0.45 mm goal on 2026-12-07; "
                    "when this passes, drop the class from KNOWN_OUTSIDE_CLASS_MAX_MM")
 @pytest.mark.parametrize("variation", sorted(KNOWN_OUTSIDE_CLASS_MAX_MM))
 def test_the_classes_outside_the_goal_reach_it(registered, variation):
@@ -113,15 +113,6 @@ def test_each_reported_case_on_every_real_head_is_within_the_bounds(registered, 
             outside[case].append(f"refused: {refusals[case]}")
             continue
         s = scores[case]
-        mean_limit = KNOWN_OUTSIDE_CASE_MEAN_MM.get(case, CLASS_MEAN_LIMIT_MM)
-        if s.consistency_mean > mean_limit or s.consistency_max > CLASS_MAX_LIMIT_MM:
+        if s.consistency_mean > CLASS_MEAN_LIMIT_MM or s.consistency_max > CLASS_MAX_LIMIT_MM:
             outside[case].append(f"{s.consistency_mean:.3f} / {s.consistency_max:.3f} mm")
     assert not outside, dict(outside)
-
-
-@pytest.mark.xfail(strict=True, reason="issue 43: outside the 0.15 mm goal on 2026-12-06; "
-                   "when this passes, drop the case from KNOWN_OUTSIDE_CASE_MEAN_MM")
-@pytest.mark.parametrize("case", sorted(KNOWN_OUTSIDE_CASE_MEAN_MM))
-def test_the_reported_cases_outside_the_goal_reach_it(registered, case):
-    scores, _ = registered
-    assert scores[case].consistency_mean <= CLASS_MEAN_LIMIT_MM, scores[case]

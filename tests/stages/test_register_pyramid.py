@@ -139,3 +139,46 @@ def test_short_runs_of_missing_slices_are_bridged_between_their_neighbours():
     # Nothing to bridge: the inputs themselves.
     whole = np.ones(ramp.shape, bool)
     assert pyramid.bridged_slice_gaps(ramp, whole, affine)[0] is ramp
+
+
+# --- the finest level flattened within the brain -------------------------------------------
+
+def test_a_region_makes_the_flattening_blind_to_what_lies_outside_it(levels):
+    # What defacing or skull stripping takes away lies outside the brain: within a region
+    # the brain's flattened values are the same with and without it; over the whole
+    # head they are not.
+    level = levels[2]
+    centre = np.asarray(level.data.shape) // 2
+    region = np.zeros(level.data.shape, bool)
+    region[tuple(slice(c - 15, c + 15) for c in centre)] = True
+    stripped = np.where(region, level.data, np.float32(0.0))
+    within = [pyramid.flatten_bias(data, level.mask, level.affine, 20.0, region)
+              for data in (level.data, stripped)]
+    np.testing.assert_array_equal(within[0][region], within[1][region])
+    whole = [pyramid.flatten_bias(data, level.mask, level.affine, 20.0)
+             for data in (level.data, stripped)]
+    assert np.abs(whole[0][region] / whole[1][region] - 1.0).max() > 0.05
+
+
+def test_the_template_brain_region_follows_the_transform_that_places_it():
+    from mriprep.inputs.templates import load_template
+    from mriprep.stages.registration.template import (
+        template_brain_distance,
+        template_brain_region,
+    )
+
+    distance, affine = template_brain_distance("mni152", 2.0)
+    brain = distance <= 0
+    level = pyramid.Level(np.zeros(distance.shape, np.float32), affine,
+                          np.ones(distance.shape, bool), 2.0)
+    placed = template_brain_region(level, np.eye(4), "mni152", 2.0, 0.0)
+    np.testing.assert_array_equal(placed, brain)
+    # Moved 10 mm to the right (+x in RAS), the brain is found 5 voxels further along
+    # the grid's x axis (MNI152's grid runs along +x), and a margin grows it.
+    moved = np.eye(4)
+    moved[0, 3] = 10.0
+    shifted = template_brain_region(level, moved, "mni152", 2.0, 0.0)
+    assert affine[0, 0] > 0 and load_template("mni152").affine[0, 0] > 0
+    np.testing.assert_array_equal(shifted[5:], brain[:-5])
+    grown = template_brain_region(level, np.eye(4), "mni152", 2.0, 4.0)
+    assert grown.sum() > brain.sum() and grown[brain].all()

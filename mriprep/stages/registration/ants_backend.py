@@ -39,10 +39,15 @@ _ANTS_ROW = re.compile(r"^\s*\d*DIAGNOSTIC,\s*(\d+),\s*([-+0-9.eE]+)")
 
 def register_ants(
     fixed: tuple[Level, ...], moving: list[Level], shape_fixed: tuple[Level, ...],
-    initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams
+    initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams,
+    finest_moving=None,
 ) -> BackendResult:
     """One antsRegistration call: the Rigid stage over every level (shrink factors and
     smoothing), then the Affine stage over every level.
+
+    ANTs runs every level in one call, so no level can be replaced between them:
+    ``finest_moving`` (see :func:`~mriprep.stages.registration.sitk_backend.register_sitk`)
+    is not used, and the finest level keeps the bias field estimated over the whole head.
 
     The result's metric value is the Affine stage's final correlation. Details:
     ``stop_conditions`` (one per level of each stage) and ``ants_threads``, the ITK

@@ -105,7 +105,8 @@ def level_grid(
     return values.astype(np.float32), support.astype(np.float32), new_affine
 
 
-def flatten_bias(values: np.ndarray, usable: np.ndarray, affine, sigma_mm: float) -> np.ndarray:
+def flatten_bias(values: np.ndarray, usable: np.ndarray, affine, sigma_mm: float,
+                 region: np.ndarray | None = None) -> np.ndarray:
     """Divide out a smooth multiplicative field: ``values / local mean of the head``.
 
     The local mean is a normalised convolution over head voxels (bright, usable), so the
@@ -118,9 +119,15 @@ def flatten_bias(values: np.ndarray, usable: np.ndarray, affine, sigma_mm: float
     then comes from the fallback. So the head is found again on the flattened image,
     where the field is mostly gone, and the original divided by the local mean of that
     head. ``sigma_mm`` 0 returns ``values`` unchanged.
+
+    ``region``, where given, restricts the head voxels the local mean is taken over (on
+    the register stage's finest level, the brain: see :mod:`mriprep.stages.register`);
+    the whole image is divided.
     """
     if sigma_mm <= 0:
         return values
+    if region is not None:
+        usable = usable & region
     head = _head_voxels(values, usable)
     flat = values
     for _ in range(_FLATTEN_PASSES):
@@ -297,12 +304,15 @@ def continued_past(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return out
 
 
-def flattened(levels: list[Level], bias_sigma_mm: float) -> list[Level]:
-    """Each level with its bias field divided out (see :func:`flatten_bias`)."""
+def flattened(levels: list[Level], bias_sigma_mm: float,
+              regions: list[np.ndarray] | None = None) -> list[Level]:
+    """Each level with its bias field divided out (see :func:`flatten_bias`), estimated
+    within each level's region where ``regions`` are given."""
+    regions = regions or [None] * len(levels)
     return [
-        Level(flatten_bias(level.data, level.mask, level.affine, bias_sigma_mm),
+        Level(flatten_bias(level.data, level.mask, level.affine, bias_sigma_mm, region),
               level.affine, level.mask, level.spacing_mm)
-        for level in levels
+        for level, region in zip(levels, regions)
     ]
 
 

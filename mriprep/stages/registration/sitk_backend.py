@@ -27,7 +27,7 @@ Measured (these choices and their alternatives): docs/benchmarks.md, "Registrati
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -51,7 +51,8 @@ SHAPE_MIN_STEP_MM = 0.001
 
 def register_sitk(
     fixed: tuple[Level, ...], moving: list[Level], shape_fixed: tuple[Level, ...],
-    initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams
+    initial_lps: np.ndarray, centre_lps: np.ndarray, params: RegisterParams,
+    finest_moving: Callable[[np.ndarray], Level] | None = None,
 ) -> BackendResult:
     """The affine, level by level, each level starting from the previous one's fit.
 
@@ -60,6 +61,12 @@ def register_sitk(
     it); ``shape_fixed`` carries the interior mask. The result's metric value is the
     fit's correlation on its last level (ITK's: -1 at a perfect fit). Details:
     ``stop_conditions`` and ``level_seconds``, one per level.
+
+    ``finest_moving``, where given and the pyramid has coarser levels, replaces the
+    finest moving level: it receives the coarser levels' fit (template to subject, LPS)
+    and returns the level to fit on (the register stage's: the bias field estimated
+    within the brain that fit places). The finest level then starts from that fit as
+    its fixed start.
     """
     del fixed  # the fit's metric mask is the interior's (shape_fixed)
     pin_sitk_threads(params.threads)
@@ -68,8 +75,12 @@ def register_sitk(
     value = float("nan")
     for fixed_level, moving_level in zip(shape_fixed, moving):
         level_start = time.perf_counter()
-        fraction = (params.fine_sampling_fraction if moving_level is moving[-1]
-                    else params.sampling_fraction)
+        finest = moving_level is moving[-1]
+        if finest and finest_moving is not None and len(moving) > 1:
+            initial_lps = _composed(initial_lps, shape)
+            shape = _identity(centre_lps, "affine")
+            moving_level = finest_moving(initial_lps)
+        fraction = params.fine_sampling_fraction if finest else params.sampling_fraction
         value, count, stop = register_level(fixed_level, moving_level, initial_lps, shape,
                                             params, params.max_iterations, SHAPE_METRIC,
                                             fraction, SHAPE_MIN_STEP_MM)

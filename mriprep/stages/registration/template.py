@@ -210,6 +210,38 @@ def template_scalp(template: str, spacing_mm: float, brain_mask: str | None = No
     return points[points[:, 2] > centre[2]]
 
 
+@functools.lru_cache(maxsize=4)
+def template_brain_distance(template: str, spacing_mm: float,
+                            brain_mask: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The signed distance (mm; negative inside) from the edge of the template's brain, on
+    the template's ``spacing_mm`` level grid, and that grid's voxel-to-RAS affine."""
+    vol = load_template(template)
+    # As _brain_levels makes a level's brain: its share of each voxel, above one half.
+    share, _, affine = level_grid(template_brain_mask(template, brain_mask).astype(np.float32),
+                                  None, vol.affine, spacing_mm)
+    brain = share > 0.5
+    sampling = voxel_sizes(affine)
+    distance = (ndimage.distance_transform_edt(~brain, sampling=sampling)
+                - ndimage.distance_transform_edt(brain, sampling=sampling)).astype(np.float32)
+    distance.setflags(write=False)  # cached: every registration reads the same grid
+    return distance, affine
+
+
+def template_brain_region(level: Level, template_to_subject: np.ndarray, template: str,
+                          spacing_mm: float, margin_mm: float,
+                          brain_mask: str | None = None) -> np.ndarray:
+    """The voxels of a subject's ``level`` that lie within the template's brain grown by
+    ``margin_mm`` (shrunk where negative), once the template is placed by
+    ``template_to_subject`` (RAS+ 4x4); the brain's edge is read from its distance map
+    at ``spacing_mm``, interpolated linearly."""
+    distance, affine = template_brain_distance(template, spacing_mm, brain_mask)
+    voxel_map = np.linalg.inv(affine) @ np.linalg.inv(template_to_subject) @ level.affine
+    inside = ndimage.affine_transform(distance, voxel_map[:3, :3], voxel_map[:3, 3],
+                                      output_shape=level.data.shape, order=1,
+                                      cval=float(distance.max()))
+    return inside <= margin_mm
+
+
 def _brain_levels(brain: np.ndarray, affine: np.ndarray, levels: tuple[float, ...]):
     """The brain mask on each level's grid, coarse to fine: the share of brain in each
     level voxel, above one half. Each coarser share comes from the finer one."""
