@@ -21,10 +21,12 @@ How it works, and why
   source. A receive field too strong for that (a surface coil, 7T) is divided out by N4
   on the 8 mm level before the search; the cached image is untouched. Voxels far
   brighter than any tissue once the field is gone (a spike slice that slice masking
-  missed) leave the metric. On the finest level the subject's field is estimated within
-  the template brain that the coarser levels' fit places, as the brain-extracted
-  template's is: over the whole head, a face or scalp that defacing or skull stripping
-  took away from one scan and not another changed the flattened brain near it.
+  missed) leave the metric. On the finest level (SimpleITK backend, with a coarser level
+  before it) the subject's field is estimated within the template brain that the
+  coarser level's fit places, as MNI152's is (nilearn ships it brain-extracted): over
+  the whole head, a face or scalp that defacing or skull stripping took away from one
+  scan and not another changed the flattened brain near it. The checks still read the
+  finest level flattened over the whole head, on which their limits were measured.
 * **A brain-focused metric.** The fixed mask is the template's brain dilated by
   ``brain_margin_mm`` for the search's ranking, and the brain's interior for the fit
   (scalp, neck, and the brain's edge that skull stripping and defacing change differ
@@ -119,6 +121,7 @@ from mriprep.stages.registration.template import (
     search_reach,
     template_pyramid,
     template_search_level,
+    template_brain_distance,
     template_brain_points,
     template_brain_region,
     template_scalp,
@@ -144,7 +147,8 @@ _BACKENDS = {"sitk": register_sitk, "ants": register_ants}
 # at -10 too (0.01-0.02 mm on Colin27).
 SHAPE_MARGIN_MM = -10.0
 # Where the finest level's bias field is estimated: the template brain placed by the
-# coarser levels' fit, grown by this margin (see _within_brain).
+# coarser level's fit, grown by this margin (see _within_brain). 0: the brain's own edge,
+# where MNI152's image ends; not tuned (the one value measured).
 BRAIN_REGION_MARGIN_MM = 0.0
 
 
@@ -155,6 +159,7 @@ def prepare_template(params: RegisterParams) -> None:
     "Registration"); a worker or a benchmark can call this once up front.
     """
     _template_pyramid_for(params)
+    template_brain_distance(params.template, params.levels[-1], params.template_brain_mask)
 
 
 def _template_pyramid_for(params: RegisterParams):
@@ -245,7 +250,9 @@ def register_volume(volume: Volume, params: RegisterParams,
                                         params.template_brain_mask)
     backend = _BACKENDS[params.backend]
     # The similarity judges the fit, at the subject's own size and shape: a rigid fit of a
-    # small head correlates with the template as poorly as a failure does.
+    # small head correlates with the template as poorly as a failure does. It, the
+    # overlap and the choice between a wide retry's fits read moving[-1], flattened over
+    # the whole head: the checks' limits were measured on it.
     finest_moving = _within_brain(raw[-1], params)
     fits = []
     for initial in starts[: WIDE_FITS if wide else 1]:
@@ -296,22 +303,28 @@ def register_volume(volume: Volume, params: RegisterParams,
 
 
 def _within_brain(raw_finest: Level, params: RegisterParams):
-    """The finest level as the fit sees it, given the coarser levels' fit (template to
+    """The finest level as the fit sees it, given the coarser level's fit (template to
     subject, LPS): its bias field estimated within the template's brain that fit places
-    (grown by :data:`BRAIN_REGION_MARGIN_MM`), not over the whole head.
+    (grown by :data:`BRAIN_REGION_MARGIN_MM`), not over the whole head. Where that brain
+    holds no valid voxel of the level (a fit placed off the field of view, which the
+    checks then refuse), over the whole head as before.
 
-    The template is brain-extracted, so its flattening sees brain alone; a subject's
+    MNI152 (nilearn's) is brain-extracted, so its flattening sees brain alone; a subject's
     scalp, face and neck are what defacing, skull stripping and the field of view take
     away from one scan of a head and not another, and over the whole head they changed
     the flattened brain near them, and the fit with it (measured: docs/benchmarks.md,
     "Registration", "The finest level flattened within the brain"). The coarser levels
     keep the whole head: placed by the search's start, which is a few mm off and
-    differently on each scan, the brain made every level less consistent.
+    differently on each scan, the brain made every level less consistent. A whole-head
+    user template is still flattened over its head: with one, the two sides no longer see
+    the same tissue on the finest level (not measured; MNI152 is the measured case).
     """
     def finest(template_to_subject_lps: np.ndarray) -> Level:
         region = template_brain_region(
             raw_finest, ras_to_lps(template_to_subject_lps), params.template,
             params.levels[-1], BRAIN_REGION_MARGIN_MM, params.template_brain_mask)
+        if not (region & raw_finest.mask).any():
+            region = None
         (level,) = flattened([raw_finest], params.bias_sigma_mm, [region])
         return level
     return finest

@@ -364,3 +364,61 @@ def test_a_refusal_measured_before_the_fit_is_not_retried(monkeypatch, tiny_volu
     error = _refusal(tiny_volume)
     assert error.metrics["failure"] in ("head_size", "field_of_view")
     assert calls == [False] and "search_retried" not in error.metrics
+
+
+# --- the finest level is flattened within the brain the coarse fit places ----------------
+
+def _blob_level(spacing: float, shift_mm: float = 0.0):
+    """A smooth, asymmetric blob in a 64 mm cube centred on the origin, sampled at
+    ``spacing``, moved ``shift_mm`` along the first axis."""
+    from mriprep.stages.registration.pyramid import Level
+
+    n = int(round(64 / spacing))
+    axis = (np.arange(n) - (n - 1) / 2) * spacing
+    x, y, z = np.meshgrid(axis - shift_mm, axis, axis, indexing="ij")
+    data = (np.exp(-(x**2 / 300 + y**2 / 150 + z**2 / 80))
+            + 0.5 * np.exp(-((x - 8)**2 + (y + 6)**2 + z**2) / 40)).astype(np.float32)
+    affine = np.diag([spacing] * 3 + [1.0])
+    affine[:3, 3] = -(n - 1) / 2 * spacing
+    return Level(data, affine, np.ones(data.shape, bool), spacing)
+
+
+def test_the_finest_level_is_asked_for_once_with_the_coarse_levels_fit():
+    from mriprep.stages.registration.sitk_backend import register_sitk
+
+    params = RegisterParams(sampling_fraction=0.5, fine_sampling_fraction=0.5)
+    fixed = (_blob_level(4.0), _blob_level(2.0))
+    moving = [_blob_level(4.0, 3.0), _blob_level(2.0, 3.0)]
+    centre = np.zeros(3)
+    asked = []
+
+    def finest(fit_lps):
+        asked.append(fit_lps)
+        return moving[-1]
+
+    register_sitk(fixed, moving, fixed, np.eye(4), centre, params, finest)
+    coarse = register_sitk(fixed[:1], moving[:1], fixed[:1], np.eye(4), centre, params)
+    assert len(asked) == 1
+    np.testing.assert_allclose(asked[0], coarse.transform_lps, atol=1e-9)
+    # One level: nothing coarser to place the brain, so nothing is asked.
+    asked.clear()
+    register_sitk(fixed[1:], moving[1:], fixed[1:], np.eye(4), centre, params, finest)
+    assert not asked
+
+
+def test_the_brain_region_is_placed_by_the_fit_in_ras(monkeypatch):
+    from mriprep.stages import register as register_module
+    from mriprep.stages.registration.geometry import ras_to_lps
+
+    placed = []
+
+    def region(level, template_to_subject, *args):
+        placed.append(template_to_subject)
+        return np.ones(level.data.shape, bool)
+
+    monkeypatch.setattr(register_module, "template_brain_region", region)
+    fit_lps = rigid((5.0, -3.0, 10.0), (12.0, -4.0, 7.0))
+    level = _blob_level(2.0)
+    out = register_module._within_brain(level, RegisterParams())(fit_lps)
+    np.testing.assert_allclose(placed[0], ras_to_lps(fit_lps))
+    assert out.data.shape == level.data.shape and not np.array_equal(out.data, level.data)

@@ -3,7 +3,10 @@
 Levels are resampled one axis at a time and the bias flattening's wide Gaussian runs on
 block means; both replaced scipy calls that cost most of a registration's second on a
 2 mm head. Here each is held against the computation it replaces, on a real level of a
-synthetic person (not the template).
+synthetic person (not the template). Then what the levels promise the metric: invalid
+voxels continued, not read as zeros, and a flattening that a region makes blind to what
+lies outside it (the finest level's, within the brain), with that region placed where
+the fit puts the template's brain.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def register_ants(
     ants, threads = import_ants(params.threads)
     from ants.internal import get_pointer_string
 
-    finest_fixed, finest_moving = fixed[-1], moving[-1]
+    del finest_moving  # see above
+    finest_fixed, finest_subject = fixed[-1], moving[-1]
     shrink = [int(round(level.spacing_mm / finest_fixed.spacing_mm)) for level in fixed]
     # Smoothing (mm) that takes the finest level's resolution to each coarser one.
     sigmas = [
@@ -71,14 +72,14 @@ def register_ants(
         "--smoothing-sigmas", "x".join(f"{s:.4g}" for s in sigmas) + "mm",
     ]
     fixed_image = ants_image(finest_fixed.data, finest_fixed.affine)
-    moving_image = ants_image(finest_moving.data, finest_moving.affine)
+    moving_image = ants_image(finest_subject.data, finest_subject.affine)
     # antsRegistration receives images as raw pointers: every image must stay referenced
     # here until it returns.
     fixed_mask = ants_image(finest_fixed.mask.astype(np.float32), finest_fixed.affine) != 0
     moving_mask = None
-    if not finest_moving.mask.all():
+    if not finest_subject.mask.all():
         moving_mask = ants_image(
-            finest_moving.mask.astype(np.float32), finest_moving.affine
+            finest_subject.mask.astype(np.float32), finest_subject.affine
         ) != 0
     finest_shape = shape_fixed[-1]
     shape_mask = ants_image(finest_shape.mask.astype(np.float32), finest_shape.affine) != 0

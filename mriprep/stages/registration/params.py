@@ -32,7 +32,8 @@ class RegisterParams:
         the brain's interior), regular step gradient descent, from the search's start.
         ``"ants"``: ``ants.registration`` (antsRegistration: a Rigid stage by Mattes MI,
         then an Affine stage by global correlation, ``--float 1``) on the same prepared
-        images and masks.
+        images and masks, but for the finest level's flattening: ANTs runs every level
+        in one call, so its finest level keeps the field estimated over the whole head.
     transform : {"rigid", "similarity", "affine"}
         What the output applies of the fit. The fit always estimates the head's size and
         proportions (an affine, 12 degrees of freedom), since another person's brain

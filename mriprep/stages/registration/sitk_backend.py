@@ -7,7 +7,8 @@ already holds the search's estimate of the head's size), with the correlation of
 images as its metric. Adults' heads differ in size and in their proportions: another
 person's brain overlaps the template's only at its own size and shape, which is what the
 checks judge, and the stage's rigid output is this fit's rotation. Every level, not the
-finest alone: started from the coarse level's fit, the finest needs a few iterations.
+finest alone: the coarse level's fit places the brain within which the finest level's
+bias field is estimated, and starts the finest level's fit.
 
 Why correlation over the interior: both images are T1-weighted and bias-flattened, so
 their voxels relate linearly; correlation is what the checks' similarity measures; and
@@ -65,8 +66,10 @@ def register_sitk(
     ``finest_moving``, where given and the pyramid has coarser levels, replaces the
     finest moving level: it receives the coarser levels' fit (template to subject, LPS)
     and returns the level to fit on (the register stage's: the bias field estimated
-    within the brain that fit places). The finest level then starts from that fit as
-    its fixed start.
+    within the brain that fit places). The finest level then takes that fit as its
+    fixed start and optimises a fresh affine after it, as the change was measured (its
+    image is another one than the coarse level's, so the coarse fit is its start, not
+    its state; the same start composed the other way was not measured apart).
     """
     del fixed  # the fit's metric mask is the interior's (shape_fixed)
     pin_sitk_threads(params.threads)

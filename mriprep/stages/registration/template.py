@@ -1,5 +1,5 @@
-"""The template side of registration: its brain mask, brain points, pyramid and the
-orientation search's windows.
+"""The template side of registration: its brain mask, brain points, pyramid, the
+orientation search's windows, and where its brain lies once placed on a subject.
 
 All are read-only and cached per process (MNI152's pyramid is built once: its time is in
 docs/benchmarks.md, "Registration").

@@ -20,11 +20,12 @@ from mriprep.stages import get_stage
 from mriprep.stages.resample import ResampleParams
 from mriprep.stages.resample.conform_size import conformed_image_size, conformed_voxel_size
 
-# The hashes of the shipped pipelines before the FastSurfer sizing options existed: their
-# caches must stay valid.
+# The hashes of the shipped pipelines as they were without the FastSurfer sizing options:
+# their caches must stay valid. The package version is part of every hash, so a release
+# that raises it records its own hashes here (0.8.0's).
 HASHES_BEFORE = {
-    "conform_1mm": "012d3c36a1075d4ca2b0980745e283bf4eef0ce7efe5afeb1c96cee1e143c1c7",
-    "t1w_mni_rigid": "42489c768414e5e47f765d74933759e98f0d65c2943a106f69fa1513c4c0eb37",
+    "conform_1mm": "8f4abe8a6b31001e7d2aad2b4620c3fa199e7fab3176da149e76b3dd8113d2da",
+    "t1w_mni_rigid": "c5c399a10a6011234b84ddce8097b58c113f74435486482651fbd9c49d35f677",
 }
 
 
