@@ -10,6 +10,9 @@ prints the same figures beside the tuning set's and ANTs Rigid's.
 Where the held-out set is outside those goals today, the test holds it to what was
 measured (no worse than the run-to-run noise allows), and a strict expected failure
 asserts the goal itself, so that the day it is met the test says so and the entry goes.
+A figure within its goal in the tested realisation of the scans' noise but not in
+another is held to the noise's bound too: a change within the noise lands
+(docs/design.md).
 
 A change that fails here does not land, however fast it is: the held-out set is not to
 be tuned on (docs/design.md, "Registration changes are judged on the held-out set").
@@ -36,15 +39,18 @@ from mriprep.stages import get_stage
 
 CLASS_MEAN_LIMIT_MM = 0.15
 CLASS_MAX_LIMIT_MM = 0.45
-# Outside the goal on 2026-12-07 (0.8.0; issue 43's closing note): the class's worst scan,
-# and the limit a change must stay within: the worse of two realisations of the scans'
-# noise, plus the most a class's worst scan moved between them (make bench,
-# registration). Measured, one thread: missing slices 0.605 (colin27/sag3_defects_defaced:
-# 3 mm sagittal, defaced, a 9 mm and a 3 mm gap; started from the consistent pose, the
-# fit converges 0.45 mm away: the objective, not the optimiser). 0.8.0's flattening
-# within the brain brought defaced heads (0.527 to 0.240) and ROBEX's 1x1x3 mm scan with
-# missing slices (0.158 to 0.139 mm mean) within the goals.
-KNOWN_OUTSIDE_CLASS_MAX_MM = {"defects": 0.65}
+# The held-out set's figures that are outside a goal, or inside it in one realisation of
+# the scans' noise only (2026-12-07, 0.8.0, one thread; issue 43's closing note), and the
+# limit a change must stay within: the worse of two realisations, plus the most such a
+# figure moved between them (docs/benchmarks.md, rows 1 and 3). Missing slices' worst
+# scan, colin27/sag3_defects_defaced (3 mm sagittal, defaced, a 9 mm and a 3 mm gap):
+# 0.605 / 0.635 mm; started from the consistent pose, its fit converges 0.45 mm away (the
+# objective, not the optimiser); a class's worst scan moved up to 0.100 mm (lesions).
+# robex/ax3_defects: 0.139 / 0.218 mm mean, within the goal in the tested realisation only.
+# 0.8.0's flattening within the brain brought defaced heads within the goal (0.527 to
+# 0.240 / 0.200).
+KNOWN_OUTSIDE_CLASS_MAX_MM = {"defects": 0.74}
+NOISY_CASE_MEAN_MM = {"robex/ax3_defects": 0.30}
 
 pytestmark = [
     pytest.mark.calibration,
@@ -113,6 +119,7 @@ def test_each_reported_case_on_every_real_head_is_within_the_bounds(registered, 
             outside[case].append(f"refused: {refusals[case]}")
             continue
         s = scores[case]
-        if s.consistency_mean > CLASS_MEAN_LIMIT_MM or s.consistency_max > CLASS_MAX_LIMIT_MM:
+        mean_limit = NOISY_CASE_MEAN_MM.get(case, CLASS_MEAN_LIMIT_MM)
+        if s.consistency_mean > mean_limit or s.consistency_max > CLASS_MAX_LIMIT_MM:
             outside[case].append(f"{s.consistency_mean:.3f} / {s.consistency_max:.3f} mm")
     assert not outside, dict(outside)
