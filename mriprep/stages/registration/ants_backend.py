@@ -56,7 +56,7 @@ def register_ants(
     ants, threads = import_ants(params.threads)
     from ants.internal import get_pointer_string
 
-    del finest_moving  # see above
+    del finest_moving  # not used: see the docstring
     finest_fixed, finest_subject = fixed[-1], moving[-1]
     shrink = [int(round(level.spacing_mm / finest_fixed.spacing_mm)) for level in fixed]
     # Smoothing (mm) that takes the finest level's resolution to each coarser one.
