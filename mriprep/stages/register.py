@@ -306,8 +306,9 @@ def _within_brain(raw_finest: Level, params: RegisterParams):
     """The finest level as the fit sees it, given the coarser level's fit (template to
     subject, LPS): its bias field estimated within the template's brain that fit places
     (grown by :data:`BRAIN_REGION_MARGIN_MM`), not over the whole head. Where that brain
-    holds no valid voxel of the level (a fit placed off the field of view, which the
-    checks then refuse), over the whole head as before.
+    holds no valid voxel of the level (a coarse fit placed off the field of view, which
+    the overlap check then judges), over the whole head as before; the record does not
+    say which of the two the fit used.
 
     MNI152 (nilearn's) is brain-extracted, so its flattening sees brain alone; a subject's
     scalp, face and neck are what defacing, skull stripping and the field of view take
