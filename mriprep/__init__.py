@@ -5,7 +5,7 @@ The training-side API is importable from the package root::
     from mriprep import MRIDataset, make_dataloader
 """
 
-__version__ = "0.8.0"
+__version__ = "0.8.1"
 
 __all__ = ["MRIDataset", "make_dataloader", "__version__"]
 

@@ -138,6 +138,12 @@ __all__ = ["RegisterParams", "RegistrationResult", "prepare_template", "register
 TRANSFORM_FILE = "transform.tfm"
 
 _BACKENDS = {"sitk": register_sitk, "ants": register_ants}
+# Whether a backend fits level by level: then its finest level is the one flattened
+# within the template brain that the coarser levels' fit places (_within_brain), and the
+# wide retry can fit the coarser levels from each start and the finest from the best of
+# them alone (_best_start_then_finest). ANTs runs every level of each of its stages in
+# one call (ants_backend's docstring): its retry fits every start fully.
+_FITS_LEVEL_BY_LEVEL = {"sitk": True, "ants": False}
 # The metric mask of the fit's affine part: the template brain shrunk by 10 mm (see
 # template_shape_levels). The brain's edge is where a whole head and its skull-stripped
 # copy differ; how far apart their transforms land, by margin (2026-12-02, mean mm,
@@ -188,9 +194,10 @@ def register_volume(volume: Volume, params: RegisterParams,
     params : RegisterParams
     wide : bool
         The wider search the stage retries with before it refuses a scan: more
-        candidates (:data:`WIDE_CANDIDATE_FACTOR`), tilts of :data:`WIDE_TILTS_DEG`, and
-        a full fit from each of the :data:`WIDE_FITS` best distinct starts, the one
-        whose fit correlates best with the template kept.
+        candidates (:data:`WIDE_CANDIDATE_FACTOR`), tilts of :data:`WIDE_TILTS_DEG`, the
+        coarser levels fitted from each of the :data:`WIDE_FITS` best distinct starts,
+        and the finest level from the one whose fit correlates best with the template
+        there (``wide_coarse_similarities``).
 
     Returns
     -------
@@ -250,21 +257,27 @@ def register_volume(volume: Volume, params: RegisterParams,
                                         params.template_brain_mask)
     backend = _BACKENDS[params.backend]
     # The similarity judges the fit, at the subject's own size and shape: a rigid fit of a
-    # small head correlates with the template as poorly as a failure does. It, the
-    # overlap and the choice between a wide retry's fits read moving[-1], flattened over
-    # the whole head: the checks' limits were measured on it.
+    # small head correlates with the template as poorly as a failure does. It and the
+    # overlap read moving[-1], flattened over the whole head: the checks' limits were
+    # measured on it. A wide retry's choice between its starts reads the same kind of
+    # level: the coarse one (moving[-2]) where the backend fits level by level, else the
+    # finest.
     finest_moving = _within_brain(raw[-1], params)
-    fits = []
-    for initial in starts[: WIDE_FITS if wide else 1]:
-        found = backend(fixed, moving, shape_fixed, ras_to_lps(initial), centre_lps, params,
-                        finest_moving)
-        fitted = ras_to_lps(found.transform_lps)
-        fits.append((template_similarity(fixed[-1], brains[-1], moving[-1], fitted),
-                     found, fitted))
-    fit_similarity, found, fitted = max(fits, key=lambda f: -np.inf if np.isnan(f[0])
-                                        else f[0])
-    if wide:
-        details["wide_fit_similarities"] = [round(float(f[0]), 4) for f in fits]
+    if wide and len(moving) > 1 and _FITS_LEVEL_BY_LEVEL[params.backend]:
+        found, similarities = _best_start_then_finest(
+            backend, fixed, brains, moving, shape_fixed, starts[:WIDE_FITS], centre_lps,
+            params, finest_moving)
+        details["wide_coarse_similarities"] = similarities
+    else:
+        fits = [backend(fixed, moving, shape_fixed, ras_to_lps(initial), centre_lps, params,
+                        finest_moving) for initial in starts[: WIDE_FITS if wide else 1]]
+        found = fits[0]
+        if wide:
+            similarities = [_similarity(fixed, brains, moving, f, -1) for f in fits]
+            found = fits[int(np.argmax(similarities))]
+            details["wide_fit_similarities"] = _rounded(similarities)
+    fitted = ras_to_lps(found.transform_lps)
+    fit_similarity = template_similarity(fixed[-1], brains[-1], moving[-1], fitted)
     share = scalp_share(raw[-1], template_scalp(params.template, params.levels[-1],
                                                 params.template_brain_mask),
                         template_brain_points(params.template, 2, params.template_brain_mask),
@@ -300,6 +313,48 @@ def register_volume(volume: Volume, params: RegisterParams,
         level_spacings_mm=params.levels,
         details={**details, **found.details},
     )
+
+
+def _best_start_then_finest(backend, fixed, brains, moving, shape_fixed, starts,
+                            centre_lps, params, finest_moving):
+    """The wide retry's fit, for a backend that fits level by level: the coarser levels
+    from each start, the start whose fit correlates best with the template on the last
+    of them kept, and the finest level from that fit alone, on the level flattened
+    within the brain it places. Returns the backend's result (iterations, stop
+    conditions and level times of both calls, in level order) and each start's
+    similarity (None where too few brain voxels landed on the scan).
+
+    Choosing on the coarse level spares a full fit of every start: on a scan that is
+    then refused (another contrast, a slab), each of them ran the finest level to its
+    iteration cap. For the SimpleITK backend the chosen start's result is the one a
+    fit of every level from it gives, to the bit: it fits level by level, and its finest
+    level starts from the coarser levels' fit either way.
+    """
+    coarse = [backend(fixed[:-1], moving[:-1], shape_fixed[:-1], ras_to_lps(initial),
+                      centre_lps, params) for initial in starts]
+    similarities = [_similarity(fixed, brains, moving, f, -2) for f in coarse]
+    best = coarse[int(np.argmax(similarities))]
+    found = backend(fixed[-1:], [finest_moving(best.transform_lps)], shape_fixed[-1:],
+                    best.transform_lps, centre_lps, params)
+    joined = {key: best.details.get(key, []) + found.details.get(key, [])
+              for key in ("stop_conditions", "level_seconds")}
+    return (dataclasses.replace(found, iterations=best.iterations + found.iterations,
+                                details={**found.details, **joined}),
+            _rounded(similarities))
+
+
+def _rounded(similarities: list[float]) -> list[float | None]:
+    """Similarities as the record keeps them: 4 decimals, None for one that could not be
+    measured."""
+    return [round(float(s), 4) if np.isfinite(s) else None for s in similarities]
+
+
+def _similarity(fixed, brains, moving, found, level: int) -> float:
+    """``found``'s correlation with the template on ``level``; a NaN (too few brain
+    voxels landed on the scan) ranks below every number."""
+    value = template_similarity(fixed[level], brains[level], moving[level],
+                                ras_to_lps(found.transform_lps))
+    return -np.inf if np.isnan(value) else value
 
 
 def _within_brain(raw_finest: Level, params: RegisterParams):
@@ -349,9 +404,10 @@ def _itk_parameters(template_to_subject: np.ndarray, centre_lps: np.ndarray, mod
 # start that the 8 mm search placed within a voxel into its basin.
 _RANKING_ITERATIONS = 30
 # The wider search a refusal retries with (RegisterParams' search_candidates times this
-# many orientations, tilted by each of these angles), and the distinct starts it fits
-# fully. A false refusal loses a subject from its cohort; the retry costs seconds, and
-# only on a scan that would otherwise be refused.
+# many orientations, tilted by each of these angles), and the distinct starts whose
+# coarser levels it fits (the best of them goes on to the finest level). A false refusal
+# loses a subject from its cohort; the retry costs seconds, and only on a scan that would
+# otherwise be refused.
 WIDE_CANDIDATE_FACTOR = 3
 WIDE_TILTS_DEG = (10.0, 20.0, 30.0)
 WIDE_FITS = 4

@@ -109,4 +109,4 @@ def test_the_default_pipeline_hashes_to_the_one_the_identity_reference_records()
     recorded = np.load(REFERENCE_PATH)["pipeline"]
     assert recorded[0] == "t1w_mni_rigid"
     assert load_pipeline("t1w_mni_rigid").hash == recorded[1] == \
-        "c5c399a10a6011234b84ddce8097b58c113f74435486482651fbd9c49d35f677"
+        "9a4f592d7eef03415e07d6c67b7797f877892f809f55ed4cc8b86f71a75dac63"

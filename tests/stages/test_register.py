@@ -406,6 +406,60 @@ def test_the_finest_level_is_asked_for_once_with_the_coarse_levels_fit():
     assert not asked
 
 
+def test_the_coarse_levels_then_the_finest_alone_fit_as_every_level_at_once():
+    """The wide retry chooses its start after the coarser levels and fits the finest one
+    in a second call: for the SimpleITK backend that is the fit of every level from the
+    chosen start, to the bit, each level at its own sampling share."""
+    from mriprep.stages.registration.sitk_backend import register_sitk
+
+    params = RegisterParams(sampling_fraction=0.3, fine_sampling_fraction=1.0)
+    assert params.levels == (4.0, 2.0)
+    fixed = (_blob_level(4.0), _blob_level(2.0))
+    moving = [_blob_level(4.0, 3.0), _blob_level(2.0, 3.0)]
+    centre = np.zeros(3)
+    start = rigid((4.0, -2.0, 3.0), (1.0, 2.0, -1.0))
+    whole = register_sitk(fixed, moving, fixed, start, centre, params, lambda _: moving[-1])
+    coarse = register_sitk(fixed[:1], moving[:1], fixed[:1], start, centre, params)
+    finest = register_sitk(fixed[1:], moving[1:], fixed[1:], coarse.transform_lps, centre,
+                           params)
+    np.testing.assert_array_equal(finest.transform_lps, whole.transform_lps)
+    assert coarse.iterations + finest.iterations == whole.iterations
+
+
+def test_the_wide_retry_fits_the_finest_level_from_the_best_coarse_start_only(monkeypatch):
+    from mriprep.stages import register as register_module
+    from mriprep.stages.registration.backend import BackendResult
+
+    calls = []
+
+    def backend(fixed, moving, shape_fixed, initial_lps, centre_lps, params,
+                finest_moving=None):
+        calls.append((fixed, moving, initial_lps[0, 3]))
+        return BackendResult(initial_lps + 0.0, -0.5, "done", [len(fixed)],
+                             {"stop_conditions": ["done"], "level_seconds": [0.1]})
+
+    # Start n correlates n-th best: start 2 (x = 2 mm) is the best.
+    scores = {0.0: 0.3, 1.0: np.nan, 2.0: 0.7, 3.0: 0.5}
+    monkeypatch.setattr(register_module, "template_similarity",
+                        lambda fixed, brain, moving, fit: scores[fit[0, 3]])
+    monkeypatch.setattr(register_module, "ras_to_lps", lambda m: m)
+    starts = []
+    for x in scores:
+        start = np.eye(4)
+        start[0, 3] = x
+        starts.append(start)
+    levels = ("4 mm", "2 mm")
+    found, similarities = register_module._best_start_then_finest(
+        backend, levels, levels, list(levels), levels, starts, np.zeros(3),
+        RegisterParams(), lambda fit: f"2 mm within the brain placed at x = {fit[0, 3]}")
+    assert similarities == [0.3, None, 0.7, 0.5]
+    # Every start on the coarse level, then the finest from the best one alone, on the
+    # level flattened within the brain that the best coarse fit places.
+    coarse = [(("4 mm",), ["4 mm"], x) for x in scores]
+    assert calls == coarse + [(("2 mm",), ["2 mm within the brain placed at x = 2.0"], 2.0)]
+    assert found.iterations == [1, 1] and found.details["level_seconds"] == [0.1, 0.1]
+
+
 def test_the_brain_region_is_placed_by_the_fit_in_ras(monkeypatch):
     from mriprep.stages import register as register_module
     from mriprep.stages.registration.geometry import ras_to_lps

@@ -78,8 +78,10 @@ def register_sitk(
     value = float("nan")
     for fixed_level, moving_level in zip(shape_fixed, moving):
         level_start = time.perf_counter()
-        finest = moving_level is moving[-1]
-        if finest and finest_moving is not None and len(moving) > 1:
+        # The pyramid's finest level, not this call's last: the wide retry fits the
+        # coarser levels and the finest one in two calls (register._best_start_then_finest).
+        finest = moving_level.spacing_mm == params.levels[-1]
+        if moving_level is moving[-1] and finest_moving is not None and len(moving) > 1:
             initial_lps = _composed(initial_lps, shape)
             shape = _identity(centre_lps, "affine")
             moving_level = finest_moving(initial_lps)

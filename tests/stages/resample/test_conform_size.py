@@ -22,10 +22,10 @@ from mriprep.stages.resample.conform_size import conformed_image_size, conformed
 
 # The hashes of the shipped pipelines as they were without the FastSurfer sizing options:
 # their caches must stay valid. The package version is part of every hash, so a release
-# that raises it records its own hashes here (0.8.0's).
+# that raises it records its own hashes here (0.8.1's).
 HASHES_BEFORE = {
-    "conform_1mm": "8f4abe8a6b31001e7d2aad2b4620c3fa199e7fab3176da149e76b3dd8113d2da",
-    "t1w_mni_rigid": "c5c399a10a6011234b84ddce8097b58c113f74435486482651fbd9c49d35f677",
+    "conform_1mm": "7faef3e2bd08b4c916d10a97f48a2e1927183b8b396b4dbf1729a1a87ae29a52",
+    "t1w_mni_rigid": "9a4f592d7eef03415e07d6c67b7797f877892f809f55ed4cc8b86f71a75dac63",
 }
 
 
