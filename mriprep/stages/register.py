@@ -139,7 +139,7 @@ TRANSFORM_FILE = "transform.tfm"
 
 _BACKENDS = {"sitk": register_sitk, "ants": register_ants}
 # Whether a backend fits level by level: then its finest level is the one flattened
-# within the template brain that the coarser levels' fit places (_within_brain), and the
+# within the template brain that the coarser levels' fit places (_BrainFlattening), and the
 # wide retry can fit the coarser levels from each start and the finest from the best of
 # them alone (_best_start_then_finest). ANTs runs every level of each of its stages in
 # one call (ants_backend's docstring): its retry fits every start fully.
@@ -153,7 +153,7 @@ _FITS_LEVEL_BY_LEVEL = {"sitk": True, "ants": False}
 # at -10 too (0.01-0.02 mm on Colin27).
 SHAPE_MARGIN_MM = -10.0
 # Where the finest level's bias field is estimated: the template brain placed by the
-# coarser level's fit, grown by this margin (see _within_brain). 0: the brain's own edge,
+# coarser level's fit, grown by this margin (see _BrainFlattening). 0: the brain's own edge,
 # where MNI152's image ends; not tuned (the one value measured).
 BRAIN_REGION_MARGIN_MM = 0.0
 
@@ -262,7 +262,7 @@ def register_volume(volume: Volume, params: RegisterParams,
     # measured on it. A wide retry's choice between its starts reads the same kind of
     # level: the coarse one (moving[-2]) where the backend fits level by level, else the
     # finest.
-    finest_moving = _within_brain(raw[-1], params)
+    finest_moving = _BrainFlattening(raw[-1], params)
     if wide and len(moving) > 1 and _FITS_LEVEL_BY_LEVEL[params.backend]:
         found, similarities = _best_start_then_finest(
             backend, fixed, brains, moving, shape_fixed, starts[:WIDE_FITS], centre_lps,
@@ -276,6 +276,7 @@ def register_volume(volume: Volume, params: RegisterParams,
             similarities = [_similarity(fixed, brains, moving, f, -1) for f in fits]
             found = fits[int(np.argmax(similarities))]
             details["wide_fit_similarities"] = _rounded(similarities)
+    details["finest_bias_region"] = finest_moving.region
     fitted = ras_to_lps(found.transform_lps)
     fit_similarity = template_similarity(fixed[-1], brains[-1], moving[-1], fitted)
     share = scalp_share(raw[-1], template_scalp(params.template, params.levels[-1],
@@ -357,13 +358,15 @@ def _similarity(fixed, brains, moving, found, level: int) -> float:
     return -np.inf if np.isnan(value) else value
 
 
-def _within_brain(raw_finest: Level, params: RegisterParams):
+class _BrainFlattening:
     """The finest level as the fit sees it, given the coarser level's fit (template to
     subject, LPS): its bias field estimated within the template's brain that fit places
     (grown by :data:`BRAIN_REGION_MARGIN_MM`), not over the whole head. Where that brain
     holds no valid voxel of the level (a coarse fit placed off the field of view, which
-    the overlap check then judges), over the whole head as before; the record does not
-    say which of the two the fit used.
+    the overlap check then judges), over the whole head as before. :attr:`region` says
+    which of the two the fit used (``"brain"`` or ``"whole head"``; None until asked,
+    and for a backend that never asks), and the record keeps it as
+    ``finest_bias_region``.
 
     MNI152 (nilearn's) is brain-extracted, so its flattening sees brain alone; a subject's
     scalp, face and neck are what defacing, skull stripping and the field of view take
@@ -375,15 +378,21 @@ def _within_brain(raw_finest: Level, params: RegisterParams):
     user template is still flattened over its head: with one, the two sides no longer see
     the same tissue on the finest level (not measured; MNI152 is the measured case).
     """
-    def finest(template_to_subject_lps: np.ndarray) -> Level:
+
+    def __init__(self, raw_finest: Level, params: RegisterParams):
+        self.raw_finest, self.params = raw_finest, params
+        self.region: str | None = None
+
+    def __call__(self, template_to_subject_lps: np.ndarray) -> Level:
+        params = self.params
         region = template_brain_region(
-            raw_finest, ras_to_lps(template_to_subject_lps), params.template,
+            self.raw_finest, ras_to_lps(template_to_subject_lps), params.template,
             params.levels[-1], BRAIN_REGION_MARGIN_MM, params.template_brain_mask)
-        if not (region & raw_finest.mask).any():
+        if not (region & self.raw_finest.mask).any():
             region = None
-        (level,) = flattened([raw_finest], params.bias_sigma_mm, [region])
+        self.region = "whole head" if region is None else "brain"
+        (level,) = flattened([self.raw_finest], params.bias_sigma_mm, [region])
         return level
-    return finest
 
 
 def _itk_parameters(template_to_subject: np.ndarray, centre_lps: np.ndarray, model: str):

@@ -473,6 +473,22 @@ def test_the_brain_region_is_placed_by_the_fit_in_ras(monkeypatch):
     monkeypatch.setattr(register_module, "template_brain_region", region)
     fit_lps = rigid((5.0, -3.0, 10.0), (12.0, -4.0, 7.0))
     level = _blob_level(2.0)
-    out = register_module._within_brain(level, RegisterParams())(fit_lps)
+    flattening = register_module._BrainFlattening(level, RegisterParams())
+    out = flattening(fit_lps)
     np.testing.assert_allclose(placed[0], ras_to_lps(fit_lps))
     assert out.data.shape == level.data.shape and not np.array_equal(out.data, level.data)
+    assert flattening.region == "brain"
+
+
+def test_a_brain_placed_off_the_scan_falls_back_to_the_whole_head_and_says_so(monkeypatch):
+    from mriprep.stages import register as register_module
+
+    monkeypatch.setattr(register_module, "template_brain_region",
+                        lambda level, *args: np.zeros(level.data.shape, bool))
+    level = _blob_level(2.0)
+    flattening = register_module._BrainFlattening(level, RegisterParams())
+    assert flattening.region is None  # not asked yet
+    out = flattening(np.eye(4))
+    whole_head = register_module.flattened([level], RegisterParams().bias_sigma_mm)[0]
+    np.testing.assert_array_equal(out.data, whole_head.data)
+    assert flattening.region == "whole head"
