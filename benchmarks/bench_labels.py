@@ -4,11 +4,15 @@
 cortex where the map lies, and the gain of the best move of one or two voxels, on clean
 maps against the maps moved by 1, 2 and 4 mm along each axis and another person's map
 (the next person's labels on this one's grid); thresholds :data:`MAX_GAIN` (moved) and
-:data:`MIN_SEPARATION` (another person's).
+:data:`MIN_SEPARATION` (another person's). Also on clean maps whose image has a slab of
+:data:`SLAB_VOXELS` slices zero-filled across the brain and masked, as the pipeline masks
+one: read on the valid voxels, as the check reads them, and blind (every voxel read as
+tissue), as it read them before.
 
 ``label-off-anatomy`` (:mod:`mriprep.check.label_anatomy`): labelled volume where the
 image shows no head, and more than :data:`ENVELOPE_MM` from the brain's labelled mass,
-on clean maps (also with the image z-scored, skull-stripped and defaced) against maps
+on clean maps (also with the image z-scored, skull-stripped, defaced, and with the
+masked slab, read on the valid voxels and blind) against maps
 with a planted 10 mm and 6 mm cube of labels in the background, and in the scalp;
 threshold :data:`MAX_OUTSIDE_MM3`.
 
@@ -107,6 +111,9 @@ def _left_right_axis(affine: np.ndarray) -> int:
 
 # The people the thresholds were chosen on, and others they never saw.
 SETS = (("tuning", 7, 40), ("held-out", 13, 60))
+# The zero-filled, masked slab of the clean maps' masked-slab rows: 8 slices, as a
+# scanner's missing slab of four 2 mm slices resampled to 1 mm leaves it.
+SLAB_VOXELS = 8
 
 
 def main(argv=None) -> int:
@@ -345,8 +352,21 @@ def _side_swap(people) -> None:
           f"{statistics.median(costs):.3f} s (range {min(costs):.3f}-{max(costs):.3f})")
 
 
+def _masked_slab(image: np.ndarray, labels: np.ndarray):
+    """``image`` with a slab of :data:`SLAB_VOXELS` slices zero-filled across the
+    middle of the labelled brain (the last axis), and the ``valid`` mask that marks it,
+    as the pipeline leaves a zero-filled slab it masked."""
+    occupied = np.flatnonzero((labels > 0).any(axis=(0, 1)))
+    start = int(occupied[len(occupied) // 2]) - SLAB_VOXELS // 2
+    slab = (slice(None), slice(None), slice(start, start + SLAB_VOXELS))
+    masked, valid = image.copy(), np.ones(image.shape, dtype=bool)
+    masked[slab], valid[slab] = 0, False
+    return masked, valid
+
+
 def _off_anatomy(people) -> None:
     rows = {"clean": [], "z-scored": [], "skull-stripped": [], "defaced": [],
+            "masked slab": [], "slab, blind": [],
             "cube 10 mm": [], "cube 6 mm": [], "scalp 10 mm": [], "scalp 6 mm": []}
     costs = []
     rng = np.random.default_rng(35)
@@ -363,6 +383,9 @@ def _off_anatomy(people) -> None:
         faceless = image.copy()
         faceless[:, int(image.shape[1] * 0.75):, :int(image.shape[2] * 0.4)] = 0
         rows["defaced"].append(read_anatomy(faceless, labels, voxel))
+        slabbed, valid = _masked_slab(image, labels)
+        rows["masked slab"].append(read_anatomy(slabbed, labels, voxel, valid))
+        rows["slab, blind"].append(read_anatomy(slabbed, labels, voxel))
         for side, name in ((10, "cube 10 mm"), (6, "cube 6 mm")):
             planted = labels.copy()
             planted[4:4 + side, 4:4 + side, 4:4 + side] = 17
@@ -384,11 +407,15 @@ def _off_anatomy(people) -> None:
 
 def _misfit(people) -> None:
     clean, moved, other, costs = [], {1: [], 2: [], 4: []}, [], []
+    masked, blind = [], []
     for i, (image, labels, _) in enumerate(people):
         t = time.perf_counter()
         reading = read_fit(image, labels)
         costs.append(time.perf_counter() - t)
         clean.append(reading)
+        slabbed, valid = _masked_slab(image, labels)
+        masked.append(read_fit(slabbed, labels, valid=valid))
+        blind.append(read_fit(slabbed, labels))
         for mm in moved:
             for axis in range(3):
                 moved[mm].append(read_fit(image, np.roll(labels, mm, axis=axis)))
@@ -406,6 +433,10 @@ def _misfit(people) -> None:
           f"{MAX_GAIN}, separation < {MIN_SEPARATION}:")
     print(f"  clean maps            gain {span([r.gain for r in clean])}, separation "
           f"{span([r.here for r in clean])}; named {named(clean)} of {len(clean)}")
+    print(f"  masked slab           gain {span([r.gain for r in masked])}, separation "
+          f"{span([r.here for r in masked])}; named {named(masked)} of {len(masked)} "
+          f"(read blind, every voxel as tissue: separation {span([r.here for r in blind])}; "
+          f"named {named(blind)})")
     for mm, readings in moved.items():
         print(f"  moved {mm} mm            gain {span([r.gain for r in readings])}; named "
               f"{named(readings)} of {len(readings)}")

@@ -17,6 +17,9 @@ skull as a brain structure, to find brain in the head's wrappings. Two measures:
 :data:`MAX_OUTSIDE_MM3` of either, measured on clean maps against planted blobs in
 ``make bench`` (labels), is the most a map may hold. Both run on every second voxel
 along each axis.
+
+Where the image's voxels are not valid (a masked slice or slab, a filled NaN blob) the
+image says nothing of the head: labelled voxels there are not counted outside it.
 """
 
 from __future__ import annotations
@@ -68,15 +71,17 @@ class AnatomyReading:
         return "; ".join(said) or None
 
 
-def read_anatomy(image: np.ndarray, labels: np.ndarray,
-                 voxel_mm3: float = 1.0) -> AnatomyReading:
+def read_anatomy(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 1.0,
+                 valid: np.ndarray | None = None) -> AnatomyReading:
     """The labelled volume outside the head (module docstring); ``voxel_mm3`` is the
-    volume of one voxel of the full grid."""
-    reading, _ = anatomy_and_where(image, labels, voxel_mm3)
+    volume of one voxel of the full grid; ``valid``, the entry's mask of voxels that hold
+    the scan's own values (None: all)."""
+    reading, _ = anatomy_and_where(image, labels, voxel_mm3, valid)
     return reading
 
 
-def anatomy_and_where(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 1.0
+def anatomy_and_where(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 1.0,
+                      valid: np.ndarray | None = None
                       ) -> tuple[AnatomyReading, dict[str, np.ndarray]]:
     """:func:`read_anatomy`, and the voxels it counted outside the head (``"outside"``)
     and off the brain (``"off_brain"``): indices of the full grid, one row each, on the
@@ -94,7 +99,10 @@ def anatomy_and_where(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 
     background = float(np.median(faces))
     top = float(np.percentile(values, 99.5))
     head = _fill_holes(values > background + HEAD_LEVEL * (top - background))
-    outside = _beyond(labelled & ~head, head, TOLERANCE_VOXELS)
+    candidates = labelled & ~head
+    if valid is not None:
+        candidates &= np.asarray(valid[sub], dtype=bool)
+    outside = _beyond(candidates, head, TOLERANCE_VOXELS)
     off_brain = _off_brain(labelled, STEP * voxel_mm3 ** (1 / 3))
     reading = AnatomyReading(int(outside.sum()) * scale, float(labelled.sum()) * scale,
                              _largest_at(outside), int(off_brain.sum()) * scale,

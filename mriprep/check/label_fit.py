@@ -15,6 +15,10 @@ by how much. Another person's map separates badly everywhere: its separation fal
 and on another person's, in ``make bench`` (labels). The measure runs on every third
 voxel along each axis (a move of one or two voxels reads a neighbouring grid), a 27th of
 the reads, so it stays a small part of a check.
+
+Only the image's valid voxels are read: a slice the pipeline masked (zero-filled, NaN,
+an artifact) holds a fill, not the tissue under its labels, and read as tissue it made a
+true map of a scan with a zero-filled slab look like another person's.
 """
 
 from __future__ import annotations
@@ -97,13 +101,16 @@ def separation(image: np.ndarray, codes: np.ndarray) -> float:
 
 
 def read_fit(image: np.ndarray, labels: np.ndarray,
-             labelled: tuple[slice, ...] | None = None) -> FitReading | None:
+             labelled: tuple[slice, ...] | None = None,
+             valid: np.ndarray | None = None) -> FitReading | None:
     """The separation where ``labels`` lie on ``image`` (same grid) and at each move;
     None when the map has too little white matter or cortex to judge.
 
     ``labelled``, the box of the map's labelled voxels when the caller knows it, bounds
     the reads: a sampled voxel that no move brings onto a label adds nothing to either
-    tissue, so the sums are those of the whole grid, in the same order."""
+    tissue, so the sums are those of the whole grid, in the same order. ``valid``, the
+    entry's mask of voxels that hold the scan's own values (None: all), leaves the
+    others out of every read, where the map lies and at each move."""
     image, labels = np.asarray(image), np.asarray(labels)
     margin = max(abs(m) for m in MOVES)
     inner = []
@@ -122,7 +129,13 @@ def read_fit(image: np.ndarray, labels: np.ndarray,
     codes = tissue_codes(labels[reach])
     local = tuple(slice(margin, margin + s.stop - s.start, _STEP) for s in inner)
     sampled = image[inner].astype(np.float64)
-    here = separation(sampled, codes[local])
+    # An invalid image voxel is read as unlabelled, whichever label a move brings to it.
+    read = None if valid is None else np.asarray(valid[inner], dtype=bool)
+
+    def tissue_at(window: tuple[slice, ...]) -> np.ndarray:
+        return codes[window] if read is None else np.where(read, codes[window], 0)
+
+    here = separation(sampled, tissue_at(local))
     if not np.isfinite(here):
         return None
     best, best_move = here, (0, 0, 0)
@@ -133,8 +146,9 @@ def read_fit(image: np.ndarray, labels: np.ndarray,
             shifted = list(local)
             start, stop = local[axis].start + move, local[axis].stop + move
             shifted[axis] = slice(start, stop, _STEP)
-            value = separation(sampled, codes[tuple(shifted)])
+            value = separation(sampled, tissue_at(tuple(shifted)))
             if np.isfinite(value) and value > best:
                 best = value
                 best_move = tuple(-move if a == axis else 0 for a in range(3))
     return FitReading(here, best, best_move)
+

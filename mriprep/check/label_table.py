@@ -80,7 +80,7 @@ from mriprep.check.entries import EntryScan, map_in_threads
 from mriprep.check.label_anatomy import (STEP as ANATOMY_STEP, AnatomyReading,
                                           anatomy_and_where)
 from mriprep.check.label_boxes import labelled_box, structure_boxes
-from mriprep.check.label_fit import FitReading, read_fit
+from mriprep.check.label_fit import MOVES as FIT_MOVES, FitReading, read_fit
 from mriprep.check.label_islands import IslandReading, read_islands
 from mriprep.check.label_regions import Region, map_regions
 from mriprep.check.label_sides import SideReading, read_sides, side_pairs
@@ -186,12 +186,14 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
         skip=table.rewritten_values())
     try:
         image = cache.load_tensor(entry.key, "image")
+        valid = _valid_near_labels(cache, entry.key, labels.shape, boxes)
     except (MriprepError, OSError, ValueError):
-        image = None  # the tensor pass reports an unreadable image
+        image = None  # the tensor pass reports an unreadable image or mask
     anatomy_where: dict[str, np.ndarray] = {}
     if image is not None and np.shape(image) == labels.shape:
-        result.fit = read_fit(image, labels, labelled_box(boxes))
-        result.anatomy, anatomy_where = anatomy_and_where(image, labels, result.voxel_mm3)
+        result.fit = read_fit(image, labels, labelled_box(boxes), valid)
+        result.anatomy, anatomy_where = anatomy_and_where(image, labels, result.voxel_mm3,
+                                                          valid)
     result.regions = _regions(labels, result, pairs, anatomy_where)
     try:
         prepared = table.prepare(labels)
@@ -205,6 +207,26 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
     result.unknown_voxels = int(sum(voxels["count"][values]))
     result.unknown = {int(v): int(voxels["count"][v]) for v in values[:UNKNOWN_SHOWN]}
     return result
+
+
+def _valid_near_labels(cache: Cache, key: str, shape: tuple[int, ...],
+                       boxes) -> np.ndarray | None:
+    """The entry's ``valid`` mask where the fit and the head are judged: the labelled
+    voxels' box and the fit's moves around it, decoded from the stored tensor (a masked
+    slab holds a fill, not tissue: those checks read valid voxels only). Outside that box
+    nothing reads it, and it stays False there rather than be decoded for nothing.
+    None where the map has no labels or the mask is not on the map's grid (the tensor
+    pass reports the mismatch)."""
+    labelled = labelled_box(boxes)
+    stored = cache.open_tensor(key, "valid")
+    if labelled is None or tuple(stored.shape) != tuple(shape):
+        return None
+    reach = max(abs(m) for m in FIT_MOVES)
+    box = tuple(slice(max(0, s.start - reach), min(n, s.stop + reach))
+                for s, n in zip(labelled, shape))
+    valid = np.zeros(shape, dtype=bool)
+    valid[box] = np.asarray(stored[box], dtype=bool)
+    return valid
 
 
 def _regions(labels: np.ndarray, judged: MapJudgement, pairs: dict[str, tuple[int, int]],

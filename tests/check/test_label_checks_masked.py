@@ -1,0 +1,80 @@
+"""The label checks that read the image (``label-misfit``, ``label-off-anatomy``) read
+only the voxels the cache marks valid: a slab the pipeline masked (zero-filled, NaN, an
+artifact) holds a fill, not the tissue under its labels.
+
+Before, a true map of a 1x1x2 mm scan with a zero-filled slab was named as another
+person's (separation 0.58 against 2.3 without the slab: the outcome bench's
+sub-train03). The made-up heads here are tests/training/fastsurfer_cache.py's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mriprep import check as chk
+from mriprep.check.label_anatomy import MAX_OUTSIDE_MM3, read_anatomy
+from mriprep.check.label_fit import read_fit
+from mriprep.training.labels import dkt_table
+from tests.training.fastsurfer_cache import subject, write_cache
+
+# An axial slab through the middle of the brain (LIA: axis 1 runs inferior), 9 voxels
+# of the made-up head's 72.
+SLAB = (slice(None), slice(30, 39), slice(None))
+
+
+def _masked(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The subject with its slab zero-filled and marked invalid, as mask_slices leaves a
+    zero-filled slab."""
+    tensors["image"][SLAB] = 0
+    tensors["valid"][SLAB] = False
+    return tensors
+
+
+def test_a_masked_slab_leaves_the_fit_as_clean_as_without_it():
+    clean = subject(0)
+    masked = _masked(subject(0))
+    labels = masked["label"]
+    assert np.count_nonzero(labels[SLAB]) > 1000  # the slab crosses labelled tissue
+    here = read_fit(clean["image"], labels).here
+    # Read as tissue, the fill wrecks the separation: the fault the mask mends.
+    blind = read_fit(masked["image"], labels)
+    assert blind.verdict() is not None and blind.here < 0.8 * here
+    seen = read_fit(masked["image"], labels, valid=masked["valid"])
+    assert seen.verdict() is None
+    assert abs(seen.here - here) < 0.1 * here
+
+
+def test_labels_in_a_masked_slab_are_not_outside_the_head():
+    masked = _masked(subject(0))
+    blind = read_anatomy(masked["image"], masked["label"])
+    assert blind.outside_mm3 > MAX_OUTSIDE_MM3  # the zero slab looks like air
+    seen = read_anatomy(masked["image"], masked["label"], valid=masked["valid"])
+    assert seen.outside_mm3 == 0 and seen.verdict() is None
+
+
+def test_labels_in_air_the_scan_did_see_are_still_named():
+    """The mask spares only what the scan did not see: a blob of labels in valid air is
+    named as before."""
+    tensors = _masked(subject(0))
+    tensors["label"][:8, :8, :8] = 17
+    verdict = read_anatomy(tensors["image"], tensors["label"],
+                           valid=tensors["valid"]).verdict()
+    assert verdict is not None and "shows no head" in verdict
+
+
+def test_check_reads_the_cached_mask(tmp_path):
+    """Through ``check``: the entry with the masked slab has no label finding, the map
+    moved against its image (sub-02) still has its misfit."""
+    def edit(index, tensors):
+        if index == 1:
+            _masked(tensors)
+        if index == 2:
+            _masked(tensors)
+            tensors["label"][:] = np.roll(tensors["label"], 2, axis=0)
+
+    root = write_cache(tmp_path / "c", 3, "train", edit)
+    report = chk.check_cache(root, label_table=dkt_table(), workers=1)
+    named = {(f.code, sid) for f in report.findings if f.code.startswith("label-")
+             for sid in f.subjects}
+    assert not {code for code, sid in named if sid == "sub-01"}
+    assert ("label-misfit", "sub-02") in named
