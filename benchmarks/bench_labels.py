@@ -537,7 +537,7 @@ def _cost(people) -> None:
     from mriprep.cache import Cache
     from mriprep.check.label_anatomy import anatomy_and_where
     from mriprep.check.label_boxes import labelled_box, structure_boxes
-    from mriprep.check.label_table import background_twin, judge_map
+    from mriprep.check.label_table import background_twin, judge_map, valid_near_labels
     from mriprep.inputs.manifest import ManifestRow
     from mriprep.pipelines import load_pipeline
     from mriprep.qc.structures import label_counts
@@ -599,12 +599,15 @@ def _cost(people) -> None:
             timed("side swap", lambda: read_sides(labels, entry.affine, pairs))
             timed("islands", lambda: read_islands(labels, entry.spacing, names, boxes=boxes,
                                                   skip=rewritten))
-            timed("misfit", lambda: read_fit(image, labels, labelled_box(boxes)))
-            timed("off-anatomy", lambda: anatomy_and_where(image, labels, 1.0))
+            valid = timed("valid mask", lambda: valid_near_labels(cache, entry.key,
+                                                                  labels.shape, boxes))
+            timed("misfit", lambda: read_fit(image, labels, labelled_box(boxes), valid))
+            timed("off-anatomy", lambda: anatomy_and_where(image, labels, 1.0, valid))
             prepared = timed("table rules", lambda: table.prepare(labels))
             timed("table lookup", lambda: class_counts(table, prepared))
-    checks = [sum(parts[p][i] for p in ("boxes", "side swap", "islands", "misfit",
-                                        "off-anatomy")) for i in range(len(preprocess))]
+    checks = [sum(parts[p][i] for p in ("boxes", "side swap", "islands", "valid mask",
+                                        "misfit", "off-anatomy"))
+              for i in range(len(preprocess))]
     ratio = [c / p for c, p in zip(checks, preprocess)]
     whole = [t / p for t, p in zip(totals, preprocess)]
 
@@ -617,8 +620,9 @@ def _cost(people) -> None:
     print(f"  preprocessing (conform_1mm, cache write, no QC) {span(preprocess)}")
     for part, values in parts.items():
         print(f"  {part:26s} {span(values)}")
-    print(f"  the five checks (boxes, side swap, islands, misfit, off-anatomy; volumes "
-          f"are a cohort's ~1 ms) {span(checks)}: {span(ratio, '', '.1%')} of "
+    print(f"  the five checks (boxes, side swap, islands, the valid mask, misfit, "
+          f"off-anatomy; volumes are a cohort's ~1 ms) {span(checks)}: "
+          f"{span(ratio, '', '.1%')} of "
           f"preprocessing; under {COST_GOAL:.0%}: "
           f"{'yes' if max(ratio) < COST_GOAL else 'NO'}")
     print(f"  the whole judgement of an entry (check --lut: tensors read, the five "

@@ -186,7 +186,7 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
         skip=table.rewritten_values())
     try:
         image = cache.load_tensor(entry.key, "image")
-        valid = _valid_near_labels(cache, entry.key, labels.shape, boxes)
+        valid = valid_near_labels(cache, entry.key, labels.shape, boxes)
     except (MriprepError, OSError, ValueError):
         image = None  # the tensor pass reports an unreadable image or mask
     anatomy_where: dict[str, np.ndarray] = {}
@@ -209,7 +209,7 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
     return result
 
 
-def _valid_near_labels(cache: Cache, key: str, shape: tuple[int, ...],
+def valid_near_labels(cache: Cache, key: str, shape: tuple[int, ...],
                        boxes) -> np.ndarray | None:
     """The entry's ``valid`` mask where the fit and the head are judged: the labelled
     voxels' box and the fit's moves around it, decoded from the stored tensor (a masked
