@@ -151,4 +151,3 @@ def read_fit(image: np.ndarray, labels: np.ndarray,
                 best = value
                 best_move = tuple(-move if a == axis else 0 for a in range(3))
     return FitReading(here, best, best_move)
-

@@ -187,8 +187,10 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
     try:
         image = cache.load_tensor(entry.key, "image")
         valid = valid_near_labels(cache, entry.key, labels.shape, boxes)
-    except (MriprepError, OSError, ValueError):
-        image = None  # the tensor pass reports an unreadable image or mask
+    except (MriprepError, OSError, ValueError, RuntimeError):
+        # The tensor pass reports an unreadable image or mask (blosc2 raises RuntimeError
+        # on a damaged frame); the fit and the head are not judged without them.
+        image = None
     anatomy_where: dict[str, np.ndarray] = {}
     if image is not None and np.shape(image) == labels.shape:
         result.fit = read_fit(image, labels, labelled_box(boxes), valid)

@@ -78,3 +78,27 @@ def test_check_reads_the_cached_mask(tmp_path):
              for sid in f.subjects}
     assert not {code for code, sid in named if sid == "sub-01"}
     assert ("label-misfit", "sub-02") in named
+
+
+def test_a_damaged_compressed_mask_is_reported_and_the_check_goes_on(tmp_path):
+    """A ``valid`` mask that blosc2 cannot open: the tensor pass names it, the map's fit
+    and head are not judged, and the rest of the cache is checked."""
+    from mriprep.cache import Cache
+
+    root = write_cache(tmp_path / "c", 2, "train")
+    cache = Cache(root)
+    entry = next(e for e in cache.entries() if e.subject_id == "sub-00")
+    meta = {k: v for k, v in cache.read_meta(entry.key).items()
+            if k not in ("files", "key", "format_version")}
+    rewritten = cache.write_entry(entry.key, subject(0), meta, replace=True,
+                                  compression={"image": "none", "valid": "lz4",
+                                               "label": "none"})
+    cache.update_index([rewritten.with_split("train")])
+    mask = cache.tensor_path(entry.key, "valid")
+    assert mask.suffix == ".b2nd"
+    mask.write_bytes(mask.read_bytes()[:len(mask.read_bytes()) // 2])
+
+    report = chk.check_cache(root, label_table=dkt_table(), workers=1)
+    assert ("tensor-unreadable", "sub-00") in {(f.code, sid) for f in report.findings
+                                               for sid in f.subjects}
+    assert report.label_table["label_maps"] == 2
