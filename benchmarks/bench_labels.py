@@ -620,8 +620,8 @@ def _cost(people) -> None:
     print(f"  preprocessing (conform_1mm, cache write, no QC) {span(preprocess)}")
     for part, values in parts.items():
         print(f"  {part:26s} {span(values)}")
-    print(f"  the five checks (boxes, side swap, islands, the valid mask, misfit, "
-          f"off-anatomy; volumes are a cohort's ~1 ms) {span(checks)}: "
+    print(f"  the five checks (boxes, side swap, islands, misfit and off-anatomy with "
+          f"the valid mask they read; volumes are a cohort's ~1 ms) {span(checks)}: "
           f"{span(ratio, '', '.1%')} of "
           f"preprocessing; under {COST_GOAL:.0%}: "
           f"{'yes' if max(ratio) < COST_GOAL else 'NO'}")

@@ -75,7 +75,7 @@ def read_anatomy(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 1.0,
                  valid: np.ndarray | None = None) -> AnatomyReading:
     """The labelled volume outside the head (module docstring); ``voxel_mm3`` is the
     volume of one voxel of the full grid; ``valid``, the entry's mask of voxels that hold
-    the scan's own values (None: all)."""
+    the scan's own values (None: all), read at labelled voxels only."""
     reading, _ = anatomy_and_where(image, labels, voxel_mm3, valid)
     return reading
 

@@ -70,6 +70,7 @@ import dataclasses
 import os
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -79,8 +80,8 @@ from mriprep.cache import Cache, IndexEntry
 from mriprep.check.entries import EntryScan, map_in_threads
 from mriprep.check.label_anatomy import (STEP as ANATOMY_STEP, AnatomyReading,
                                           anatomy_and_where)
-from mriprep.check.label_boxes import labelled_box, structure_boxes
-from mriprep.check.label_fit import MOVES as FIT_MOVES, FitReading, read_fit
+from mriprep.check.label_boxes import Box, labelled_box, structure_boxes
+from mriprep.check.label_fit import FitReading, image_reads, read_fit
 from mriprep.check.label_islands import IslandReading, read_islands
 from mriprep.check.label_regions import Region, map_regions
 from mriprep.check.label_sides import SideReading, read_sides, side_pairs
@@ -212,20 +213,28 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
 
 
 def valid_near_labels(cache: Cache, key: str, shape: tuple[int, ...],
-                       boxes) -> np.ndarray | None:
-    """The entry's ``valid`` mask where the fit and the head are judged: the labelled
-    voxels' box and the fit's moves around it, decoded from the stored tensor (a masked
-    slab holds a fill, not tissue: those checks read valid voxels only). Outside that box
-    nothing reads it, and it stays False there rather than be decoded for nothing.
-    None where the map has no labels or the mask is not on the map's grid (the tensor
-    pass reports the mismatch)."""
+                      boxes: Sequence[Box | None]) -> np.ndarray | None:
+    """The entry's ``valid`` mask where the fit and the head are judged (a masked slab
+    holds a fill, not tissue: those checks read valid voxels only): decoded over the
+    box the fit reads (:func:`~mriprep.check.label_fit.image_reads` of the labelled
+    box), which holds every labelled voxel the head's check reads it at. Elsewhere
+    nothing reads it, and it stays False rather than be decoded for nothing. None where
+    the map has no labels.
+
+    Raises
+    ------
+    ValueError
+        The stored mask is not on the map's grid (the tensor pass reports the entry;
+        its fit and head are not judged blind).
+    """
     labelled = labelled_box(boxes)
-    stored = cache.open_tensor(key, "valid")
-    if labelled is None or tuple(stored.shape) != tuple(shape):
+    if labelled is None:
         return None
-    reach = max(abs(m) for m in FIT_MOVES)
-    box = tuple(slice(max(0, s.start - reach), min(n, s.stop + reach))
-                for s, n in zip(labelled, shape))
+    stored = cache.open_tensor(key, "valid")
+    if tuple(stored.shape) != tuple(shape):
+        raise ValueError(f"entry {key}'s valid mask is {tuple(stored.shape)}, its label "
+                         f"map {tuple(shape)}")
+    box = image_reads(labelled, shape)
     valid = np.zeros(shape, dtype=bool)
     valid[box] = np.asarray(stored[box], dtype=bool)
     return valid

@@ -13,7 +13,10 @@ import numpy as np
 
 from mriprep import check as chk
 from mriprep.check.label_anatomy import MAX_OUTSIDE_MM3, read_anatomy
-from mriprep.check.label_fit import read_fit
+from mriprep.check.label_boxes import labelled_box, structure_boxes
+from mriprep.check.label_fit import image_reads, read_fit
+from mriprep.check.label_table import background_twin, judge_map
+from mriprep.qc.structures import label_counts
 from mriprep.training.labels import dkt_table
 from tests.training.fastsurfer_cache import subject, write_cache
 
@@ -102,3 +105,30 @@ def test_a_damaged_compressed_mask_is_reported_and_the_check_goes_on(tmp_path):
     assert ("tensor-unreadable", "sub-00") in {(f.code, sid) for f in report.findings
                                                for sid in f.subjects}
     assert report.label_table["label_maps"] == 2
+    judged = judge_map(cache, entry, background_twin(dkt_table()),
+                       label_counts(cache.load_tensor(entry.key, "label")))
+    assert judged.fit is None and judged.anatomy is None  # not judged blind
+
+
+def test_the_mask_decoded_near_the_labels_reads_as_the_whole_mask():
+    """check decodes the mask only where the fit and the head read it
+    (:func:`valid_near_labels`): on maps touching the grid's faces, with masked slabs
+    along each axis, both readings equal those with the whole mask."""
+    rng = np.random.default_rng(7)
+    tensors = subject(0)
+    image, labels = tensors["image"], tensors["label"]
+    for axis in range(3):
+        # The labelled tissue pushed against the grid's first face along this axis.
+        first = int(np.flatnonzero(np.moveaxis(labels, axis, 0).any(axis=(1, 2)))[0])
+        moved = np.roll(labels, -first, axis=axis)
+        assert np.moveaxis(moved, axis, 0)[0].any()
+        valid = rng.random(image.shape) > 0.02
+        valid[(slice(None),) * axis + (slice(20, 26),)] = False
+        boxes = structure_boxes(moved)
+        near = np.zeros_like(valid)
+        box = image_reads(labelled_box(boxes), moved.shape)
+        near[box] = valid[box]
+        assert read_fit(image, moved, labelled_box(boxes), near) == \
+            read_fit(image, moved, labelled_box(boxes), valid)
+        assert read_anatomy(image, moved, valid=near) == read_anatomy(image, moved,
+                                                                      valid=valid)
