@@ -12,7 +12,8 @@ tissue), as it read them before.
 ``label-off-anatomy`` (:mod:`mriprep.check.label_anatomy`): labelled volume where the
 image shows no head, and more than :data:`ENVELOPE_MM` from the brain's labelled mass,
 on clean maps (also with the image z-scored, skull-stripped, defaced, and with the
-masked slab, read on the valid voxels and blind) against maps
+masked slab, and z-scored with a field of view cropped around the head on a grid it does
+not fill, each read on the valid voxels and blind) against maps
 with a planted 10 mm and 6 mm cube of labels in the background, and in the scalp;
 threshold :data:`MAX_OUTSIDE_MM3`.
 
@@ -114,6 +115,9 @@ SETS = (("tuning", 7, 40), ("held-out", 13, 60))
 # The zero-filled, masked slab of the clean maps' masked-slab rows: 8 slices, as a
 # scanner's missing slab of four 2 mm slices resampled to 1 mm leaves it.
 SLAB_VOXELS = 8
+# The tight field of view of the off-anatomy rows: a scan cropped this close around the
+# labelled brain (voxels), its z-scored values on a grid it does not fill.
+TIGHT_MARGIN_VOXELS = 12
 
 
 def main(argv=None) -> int:
@@ -364,9 +368,23 @@ def _masked_slab(image: np.ndarray, labels: np.ndarray):
     return masked, valid
 
 
+def _tight_field(image: np.ndarray, labels: np.ndarray):
+    """``image`` z-scored within the labels, as ``t1w_mni_rigid`` caches it, seen only
+    within :data:`TIGHT_MARGIN_VOXELS` of the labelled box (a scan cropped around the
+    head) and filled with 0 beyond, as normalize fills the voxels a scan never saw; and
+    the ``valid`` mask that marks what it saw."""
+    inside = image[labels > 0].astype(np.float64)
+    zscored = ((image - inside.mean()) / inside.std()).astype(np.float32)
+    found = np.argwhere(labels > 0)
+    valid = np.zeros(image.shape, dtype=bool)
+    valid[tuple(slice(max(0, lo - TIGHT_MARGIN_VOXELS), hi + TIGHT_MARGIN_VOXELS + 1)
+                for lo, hi in zip(found.min(axis=0), found.max(axis=0)))] = True
+    return np.where(valid, zscored, 0.0).astype(np.float32), valid
+
+
 def _off_anatomy(people) -> None:
     rows = {"clean": [], "z-scored": [], "skull-stripped": [], "defaced": [],
-            "masked slab": [], "slab, blind": [],
+            "masked slab": [], "slab, blind": [], "tight field": [], "tight, blind": [],
             "cube 10 mm": [], "cube 6 mm": [], "scalp 10 mm": [], "scalp 6 mm": []}
     costs = []
     rng = np.random.default_rng(35)
@@ -386,6 +404,9 @@ def _off_anatomy(people) -> None:
         slabbed, valid = _masked_slab(image, labels)
         rows["masked slab"].append(read_anatomy(slabbed, labels, voxel, valid))
         rows["slab, blind"].append(read_anatomy(slabbed, labels, voxel))
+        cropped, seen = _tight_field(image, labels)
+        rows["tight field"].append(read_anatomy(cropped, labels, voxel, seen))
+        rows["tight, blind"].append(read_anatomy(cropped, labels, voxel))
         for side, name in ((10, "cube 10 mm"), (6, "cube 6 mm")):
             planted = labels.copy()
             planted[4:4 + side, 4:4 + side, 4:4 + side] = 17
@@ -537,7 +558,7 @@ def _cost(people) -> None:
     from mriprep.cache import Cache
     from mriprep.check.label_anatomy import anatomy_and_where
     from mriprep.check.label_boxes import labelled_box, structure_boxes
-    from mriprep.check.label_table import background_twin, judge_map, valid_near_labels
+    from mriprep.check.label_table import background_twin, judge_map, valid_mask
     from mriprep.inputs.manifest import ManifestRow
     from mriprep.pipelines import load_pipeline
     from mriprep.qc.structures import label_counts
@@ -599,8 +620,7 @@ def _cost(people) -> None:
             timed("side swap", lambda: read_sides(labels, entry.affine, pairs))
             timed("islands", lambda: read_islands(labels, entry.spacing, names, boxes=boxes,
                                                   skip=rewritten))
-            valid = timed("valid mask", lambda: valid_near_labels(cache, entry.key,
-                                                                  labels.shape, boxes))
+            valid = timed("valid mask", lambda: valid_mask(cache, entry.key, labels.shape))
             timed("misfit", lambda: read_fit(image, labels, labelled_box(boxes), valid))
             timed("off-anatomy", lambda: anatomy_and_where(image, labels, 1.0, valid))
             prepared = timed("table rules", lambda: table.prepare(labels))

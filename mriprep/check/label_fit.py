@@ -39,8 +39,6 @@ MOVES = (-2, -1, 1, 2)
 MIN_VOXELS = 200
 # Every third voxel along each axis: the moves read the neighbouring grids.
 _STEP = 3
-# How far a move reaches: the image is read this far around the labelled box, no more.
-_MARGIN = max(abs(m) for m in MOVES)
 
 
 @dataclass(frozen=True)
@@ -102,14 +100,6 @@ def separation(image: np.ndarray, codes: np.ndarray) -> float:
     return float((mean[0] - mean[1]) / max(pooled, 1e-6))
 
 
-def image_reads(labelled: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
-    """The box of image voxels :func:`read_fit` reads (and of ``valid`` voxels) when
-    given the labelled box ``labelled`` on a grid of ``shape``: the box and a move's
-    reach around it, within the grid."""
-    return tuple(slice(max(0, s.start - _MARGIN), min(n, s.stop + _MARGIN))
-                 for s, n in zip(labelled, shape))
-
-
 def read_fit(image: np.ndarray, labels: np.ndarray,
              labelled: tuple[slice, ...] | None = None,
              valid: np.ndarray | None = None) -> FitReading | None:
@@ -120,10 +110,9 @@ def read_fit(image: np.ndarray, labels: np.ndarray,
     the reads: a sampled voxel that no move brings onto a label adds nothing to either
     tissue, so the sums are those of the whole grid, in the same order. ``valid``, the
     entry's mask of voxels that hold the scan's own values (None: all), leaves the
-    others out of every read, where the map lies and at each move; it is read only
-    within :func:`image_reads` of ``labelled`` (the whole grid without it)."""
+    others out of every read, where the map lies and at each move."""
     image, labels = np.asarray(image), np.asarray(labels)
-    margin = _MARGIN
+    margin = max(abs(m) for m in MOVES)
     inner = []
     for axis, n in enumerate(image.shape):
         start, stop = margin, n - margin

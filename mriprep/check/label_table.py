@@ -70,7 +70,6 @@ import dataclasses
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -80,8 +79,8 @@ from mriprep.cache import Cache, IndexEntry
 from mriprep.check.entries import EntryScan, map_in_threads
 from mriprep.check.label_anatomy import (STEP as ANATOMY_STEP, AnatomyReading,
                                           anatomy_and_where)
-from mriprep.check.label_boxes import Box, labelled_box, structure_boxes
-from mriprep.check.label_fit import FitReading, image_reads, read_fit
+from mriprep.check.label_boxes import labelled_box, structure_boxes
+from mriprep.check.label_fit import FitReading, read_fit
 from mriprep.check.label_islands import IslandReading, read_islands
 from mriprep.check.label_regions import Region, map_regions
 from mriprep.check.label_sides import SideReading, read_sides, side_pairs
@@ -187,7 +186,7 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
         skip=table.rewritten_values())
     try:
         image = cache.load_tensor(entry.key, "image")
-        valid = valid_near_labels(cache, entry.key, labels.shape, boxes)
+        valid = valid_mask(cache, entry.key, labels.shape)
     except (MriprepError, OSError, ValueError, RuntimeError):
         # The tensor pass reports an unreadable image or mask (blosc2 raises RuntimeError
         # on a damaged frame); the fit and the head are not judged without them.
@@ -212,14 +211,10 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
     return result
 
 
-def valid_near_labels(cache: Cache, key: str, shape: tuple[int, ...],
-                      boxes: Sequence[Box | None]) -> np.ndarray | None:
-    """The entry's ``valid`` mask where the fit and the head are judged (a masked slab
-    holds a fill, not tissue: those checks read valid voxels only): decoded over the
-    box the fit reads (:func:`~mriprep.check.label_fit.image_reads` of the labelled
-    box), which holds every labelled voxel the head's check reads it at. Elsewhere
-    nothing reads it, and it stays False rather than be decoded for nothing. None where
-    the map has no labels.
+def valid_mask(cache: Cache, key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The entry's ``valid`` mask, which the fit and the head are judged on (a masked
+    slab holds a fill, not tissue; the grid beyond the scan's field of view holds the
+    pipeline's fill).
 
     Raises
     ------
@@ -227,16 +222,10 @@ def valid_near_labels(cache: Cache, key: str, shape: tuple[int, ...],
         The stored mask is not on the map's grid (the tensor pass reports the entry;
         its fit and head are not judged blind).
     """
-    labelled = labelled_box(boxes)
-    if labelled is None:
-        return None
-    stored = cache.open_tensor(key, "valid")
-    if tuple(stored.shape) != tuple(shape):
-        raise ValueError(f"entry {key}'s valid mask is {tuple(stored.shape)}, its label "
-                         f"map {tuple(shape)}")
-    box = image_reads(labelled, shape)
-    valid = np.zeros(shape, dtype=bool)
-    valid[box] = np.asarray(stored[box], dtype=bool)
+    valid = np.asarray(cache.load_tensor(key, "valid"), dtype=bool)
+    if valid.shape != tuple(shape):
+        raise ValueError(f"entry {key}'s valid mask is {valid.shape}, its label map "
+                         f"{tuple(shape)}")
     return valid
 
 

@@ -13,8 +13,7 @@ import numpy as np
 
 from mriprep import check as chk
 from mriprep.check.label_anatomy import MAX_OUTSIDE_MM3, read_anatomy
-from mriprep.check.label_boxes import labelled_box, structure_boxes
-from mriprep.check.label_fit import image_reads, read_fit
+from mriprep.check.label_fit import read_fit
 from mriprep.check.label_table import background_twin, judge_map
 from mriprep.qc.structures import label_counts
 from mriprep.training.labels import dkt_table
@@ -53,6 +52,32 @@ def test_labels_in_a_masked_slab_are_not_outside_the_head():
     assert blind.outside_mm3 > MAX_OUTSIDE_MM3  # the zero slab looks like air
     seen = read_anatomy(masked["image"], masked["label"], valid=masked["valid"])
     assert seen.outside_mm3 == 0 and seen.verdict() is None
+
+
+def test_a_z_scored_scan_whose_field_of_view_misses_the_grids_faces_is_judged_on_its_edge():
+    """A tight field of view on the template's grid: the faces hold the pipeline's fill for
+    voxels the scan never saw (0, a z-scored cache's mean tissue), not air. Read from the
+    faces, the background was the cortex's level and clean labels lay "outside the head";
+    read from the scan's own edge, none do."""
+    tensors = subject(0)
+    image, labels = tensors["image"].astype(np.float32), tensors["label"]
+    inside = image[labels > 0]
+    zscored = (image - inside.mean()) / inside.std()
+    found = np.argwhere(labels > 0)
+    seen = np.zeros(image.shape, dtype=bool)
+    seen[tuple(slice(max(0, lo - 4), hi + 5)
+               for lo, hi in zip(found.min(axis=0), found.max(axis=0)))] = True
+    cached = np.where(seen, zscored, 0.0).astype(np.float32)
+    assert not seen[0].all()  # the scan does not reach the grid's faces
+    assert read_anatomy(cached, labels).outside_mm3 > MAX_OUTSIDE_MM3
+    judged = read_anatomy(cached, labels, valid=seen)
+    assert judged.outside_mm3 == 0 and judged.verdict() is None
+    # A stray blob of labels where the scan did see is still named.
+    labels = labels.copy()
+    corner = tuple(slice(lo - 4, lo + 4) for lo in found.min(axis=0))
+    assert seen[corner].all() and not labels[corner].any()
+    labels[corner] = 17
+    assert read_anatomy(cached, labels, valid=seen).verdict() is not None
 
 
 def test_labels_in_air_the_scan_did_see_are_still_named():
@@ -108,27 +133,3 @@ def test_a_damaged_compressed_mask_is_reported_and_the_check_goes_on(tmp_path):
     judged = judge_map(cache, entry, background_twin(dkt_table()),
                        label_counts(cache.load_tensor(entry.key, "label")))
     assert judged.fit is None and judged.anatomy is None  # not judged blind
-
-
-def test_the_mask_decoded_near_the_labels_reads_as_the_whole_mask():
-    """check decodes the mask only where the fit and the head read it
-    (:func:`valid_near_labels`): on maps touching the grid's faces, with masked slabs
-    along each axis, both readings equal those with the whole mask."""
-    rng = np.random.default_rng(7)
-    tensors = subject(0)
-    image, labels = tensors["image"], tensors["label"]
-    for axis in range(3):
-        # The labelled tissue pushed against the grid's first face along this axis.
-        first = int(np.flatnonzero(np.moveaxis(labels, axis, 0).any(axis=(1, 2)))[0])
-        moved = np.roll(labels, -first, axis=axis)
-        assert np.moveaxis(moved, axis, 0)[0].any()
-        valid = rng.random(image.shape) > 0.02
-        valid[(slice(None),) * axis + (slice(20, 26),)] = False
-        boxes = structure_boxes(moved)
-        near = np.zeros_like(valid)
-        box = image_reads(labelled_box(boxes), moved.shape)
-        near[box] = valid[box]
-        assert read_fit(image, moved, labelled_box(boxes), near) == \
-            read_fit(image, moved, labelled_box(boxes), valid)
-        assert read_anatomy(image, moved, valid=near) == read_anatomy(image, moved,
-                                                                      valid=valid)
