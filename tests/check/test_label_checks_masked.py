@@ -1,6 +1,7 @@
 """The label checks that read the image (``label-misfit``, ``label-off-anatomy``) read
 only the voxels the cache marks valid: a slab the pipeline masked (zero-filled, NaN, an
-artifact) holds a fill, not the tissue under its labels.
+artifact) holds a fill, not the tissue under its labels, and so does the grid beyond a
+scan's field of view (there the background is read on the scan's own edge).
 
 Before, a true map of a 1x1x2 mm scan with a zero-filled slab was named as another
 person's (separation 0.58 against 2.3 without the slab: the outcome bench's
