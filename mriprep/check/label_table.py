@@ -225,7 +225,7 @@ def valid_mask(cache: Cache, key: str, shape: tuple[int, ...]) -> np.ndarray:
     valid = np.asarray(cache.load_tensor(key, "valid"), dtype=bool)
     if valid.shape != tuple(shape):
         raise ValueError(f"entry {key}'s valid mask is {valid.shape}, its label map "
-                         f"{tuple(shape)}")
+                         f"{tuple(shape)}: rebuild the entry with `mriprep run --force`")
     return valid
 
 
