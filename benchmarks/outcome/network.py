@@ -66,13 +66,27 @@ def at_network_grid(target: torch.Tensor, stride: int, kind: str) -> torch.Tenso
     if stride == 1:
         return target
     if kind == "classes":
-        one_hot = F.one_hot(target.long(), int(target.max()) + 1).permute(0, 3, 1, 2)
-        return F.avg_pool2d(one_hot.float(), stride).argmax(1)
+        return _most_frequent(target.long(), stride)
     if kind == "valid":
         return ~F.max_pool2d((~target.bool()).float()[:, None], stride)[:, 0].bool()
     if kind == "weight":
         return F.avg_pool2d(target.float()[:, None], stride)[:, 0]
     raise ValueError(f"kind={kind!r}: classes, valid or weight")
+
+
+def _most_frequent(target: torch.Tensor, stride: int) -> torch.Tensor:
+    """Each ``stride`` x ``stride`` cell's most frequent class, the lowest of those tied
+    (the argmax of the average-pooled one-hot classes, as a pooling of the trailing
+    rows and columns that do not fill a cell drops them), from the cell's members
+    compared pairwise: a one-hot volume of every class was a large part of a step on a
+    CPU (docs/benchmarks.md, row 53)."""
+    b, h, w = target.shape
+    h, w = h // stride * stride, w // stride * stride
+    members = (target[:, :h, :w].reshape(b, h // stride, stride, w // stride, stride)
+               .permute(0, 1, 3, 2, 4).reshape(b, h // stride, w // stride, -1))
+    counts = (members[..., :, None] == members[..., None, :]).sum(-1)
+    tied = counts == counts.max(-1, keepdim=True).values
+    return torch.where(tied, members, torch.iinfo(members.dtype).max).min(-1).values
 
 
 def full_size(logits: torch.Tensor, size) -> torch.Tensor:

@@ -170,3 +170,19 @@ def test_the_sampler_leaves_blank_slices_out_and_carries_valid_where_given():
     assert batch["image"].shape == (8, 7, 8, 8) and batch["valid"].shape == (8, 8, 8)
     assert "valid" not in next(slice_batches([v[:3] for v in volumes],
                                              slice_pool(volumes), seed=0))
+
+
+@pytest.mark.parametrize("shape, classes, stride", [((4, 64, 64), 21, 2), ((3, 31, 33), 3, 2),
+                                                    ((2, 30, 31), 4, 3)])
+def test_the_cells_class_is_the_argmax_of_the_pooled_one_hot(shape, classes, stride):
+    """The targets at the logits' grid: each cell's most frequent class, ties to the
+    lowest, the trailing rows and columns that fill no cell dropped, as the average
+    pooling of the one-hot classes gives them."""
+    from torch.nn import functional as F
+
+    from benchmarks.outcome.network import at_network_grid
+
+    target = torch.randint(0, classes, shape, generator=torch.Generator().manual_seed(1))
+    one_hot = F.one_hot(target, classes).permute(0, 3, 1, 2).float()
+    expected = F.avg_pool2d(one_hot, stride).argmax(1)
+    assert torch.equal(at_network_grid(target, stride, "classes"), expected)
