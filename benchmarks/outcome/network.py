@@ -75,11 +75,11 @@ def at_network_grid(target: torch.Tensor, stride: int, kind: str) -> torch.Tenso
 
 
 def _most_frequent(target: torch.Tensor, stride: int) -> torch.Tensor:
-    """Each ``stride`` x ``stride`` cell's most frequent class, the lowest of those tied
-    (the argmax of the average-pooled one-hot classes, as a pooling of the trailing
-    rows and columns that do not fill a cell drops them), from the cell's members
-    compared pairwise: a one-hot volume of every class was a large part of a step on a
-    CPU (docs/benchmarks.md, row 53)."""
+    """Each ``stride`` x ``stride`` cell's most frequent class, ties to the lowest, the
+    trailing rows and columns that fill no cell dropped: the argmax of the average-pooled
+    one-hot classes, found from the cell's members compared pairwise, because a one-hot
+    volume of every class was a large part of a step on a CPU (docs/benchmarks.md,
+    row 53)."""
     b, h, w = target.shape
     h, w = h // stride * stride, w // stride * stride
     members = (target[:, :h, :w].reshape(b, h // stride, stride, w // stride, stride)

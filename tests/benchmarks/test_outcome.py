@@ -9,12 +9,15 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 from benchmarks.outcome import ablations
 from benchmarks.outcome.arm_monai import nan_to_mean, nan_to_zero
 from benchmarks.outcome.cohort import plant
+from benchmarks.outcome.network import SliceNet, at_network_grid, full_size
 from benchmarks.outcome.sampler import slice_batches, slice_pool
-from benchmarks.outcome.training import PreparedArm, dice_of, thick, train
+from benchmarks.outcome.training import PreparedArm, dice_of, predict, thick, train
+from benchmarks.outcome.training import TestVolume as ScoredVolume  # not a test class
 
 
 @pytest.fixture(scope="module")
@@ -172,17 +175,28 @@ def test_the_sampler_leaves_blank_slices_out_and_carries_valid_where_given():
                                              slice_pool(volumes), seed=0))
 
 
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int64])
 @pytest.mark.parametrize("shape, classes, stride", [((4, 64, 64), 21, 2), ((3, 31, 33), 3, 2),
                                                     ((2, 30, 31), 4, 3)])
-def test_the_cells_class_is_the_argmax_of_the_pooled_one_hot(shape, classes, stride):
+def test_the_cells_class_is_the_argmax_of_the_pooled_one_hot(shape, classes, stride, dtype):
     """The targets at the logits' grid: each cell's most frequent class, ties to the
     lowest, the trailing rows and columns that fill no cell dropped, as the average
     pooling of the one-hot classes gives them."""
-    from torch.nn import functional as F
-
-    from benchmarks.outcome.network import at_network_grid
-
     target = torch.randint(0, classes, shape, generator=torch.Generator().manual_seed(1))
     one_hot = F.one_hot(target, classes).permute(0, 3, 1, 2).float()
     expected = F.avg_pool2d(one_hot, stride).argmax(1)
-    assert torch.equal(at_network_grid(target, stride, "classes"), expected)
+    assert torch.equal(at_network_grid(target.to(dtype), stride, "classes"), expected)
+
+
+def test_predict_takes_the_first_maximal_class_as_argmax_does():
+    """The test Dice's classes: the upsampled logits' first maximal class per voxel."""
+    torch.manual_seed(0)
+    model = SliceNet(5, width=4)
+    image = np.random.default_rng(0).normal(size=(12, 32, 32)).astype(np.float32)
+    volume = ScoredVolume("sub-x", image, np.zeros(image.shape, dtype=np.int64))
+    model.eval()
+    with torch.no_grad():
+        x = torch.from_numpy(np.stack([thick(image, k) for k in range(len(image))]))
+        expected = full_size(model(x), x.shape[-2:]).argmax(1).numpy()
+    assert np.array_equal(predict(model, volume), expected)
