@@ -147,11 +147,13 @@ def _speck_voxels(pieces: np.ndarray, is_speck: np.ndarray) -> dict[int, np.ndar
     """The voxels (indices in ``pieces``, one row each) of each piece that
     ``is_speck`` marks, by piece number: found in one pass over the map, not in a box
     per speck."""
-    flat = np.flatnonzero(is_speck[pieces])  # argwhere's is slower (docs/benchmarks.md, 54)
+    # A flat search, then the indices: argwhere's own search is several times slower
+    # (docs/benchmarks.md, row 54).
+    flat = np.flatnonzero(is_speck[pieces])
     if not len(flat):
         return {}
     voxels = np.stack(np.unravel_index(flat, pieces.shape), axis=1)
-    numbers = pieces.reshape(-1)[flat]
+    numbers = pieces[tuple(voxels.T)]
     order = np.argsort(numbers, kind="stable")
     numbers, voxels = numbers[order], voxels[order]
     starts = np.flatnonzero(np.r_[True, numbers[1:] != numbers[:-1]])
