@@ -175,7 +175,6 @@ def test_the_sampler_leaves_blank_slices_out_and_carries_valid_where_given():
                                              slice_pool(volumes), seed=0))
 
 
-
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int64])
 @pytest.mark.parametrize("shape, classes, stride", [((4, 64, 64), 21, 2), ((3, 31, 33), 3, 2),
                                                     ((2, 30, 31), 4, 3)])
