@@ -617,7 +617,8 @@ def _cost(people) -> None:
             image = np.asarray(cache.load_tensor(entry.key, "image"))
             boxes = timed("boxes", lambda: structure_boxes(labels))
             pairs = side_pairs(table.lut.ids, table.lut.names, list(counts))
-            timed("side swap", lambda: read_sides(labels, entry.affine, pairs))
+            timed("side swap", lambda: read_sides(labels, entry.affine, pairs,
+                                                  labelled_box(boxes)))
             timed("islands", lambda: read_islands(labels, entry.spacing, names, boxes=boxes,
                                                   skip=rewritten))
             valid = timed("valid mask", lambda: valid_mask(cache, entry.key, labels.shape))

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cc3d
 import numpy as np
 from scipy import ndimage
 from scipy.spatial import cKDTree
 
 from mriprep.check.label_pieces import cut, face_surface
 from mriprep.core.boxes import nonzero_box
+from mriprep.stages.intensity import percentiles
 
 # Share of the way from the background to the 99.5th percentile from which a voxel is
 # head: above a T1's background noise (a few percent), below any tissue.
@@ -90,15 +92,18 @@ def anatomy_and_where(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 
     measure's grid (each stands for the :data:`STEP`^3 voxels from it, as the volumes
     count it)."""
     sub = (slice(None, None, STEP),) * 3
-    values = np.asarray(image)[sub].astype(np.float32)
+    values = np.asarray(image)[sub]
+    # A cache's own dtype (uint8) is compared and ranked as it is; float16 is widened.
+    values = (values.astype(np.float32) if values.dtype.kind == "f"
+              and values.dtype.itemsize < 4 else np.ascontiguousarray(values))
     labelled = np.asarray(labels)[sub] > 0
     scale = voxel_mm3 * STEP ** 3
     if not labelled.any():
         return AnatomyReading(0.0, 0.0, None), {}
     seen = None if valid is None else np.asarray(valid)[sub].astype(bool)
     background = _background_level(values, seen)
-    top = float(np.percentile(values if seen is None or not seen.any() else values[seen],
-                              99.5))
+    top = float(percentiles(values if seen is None or not seen.any() else values[seen],
+                            [99.5])[0])
     head = _fill_holes(values > background + HEAD_LEVEL * (top - background))
     candidates = labelled & ~head if seen is None else labelled & ~head & seen
     outside = _beyond(candidates, head, TOLERANCE_VOXELS)
@@ -142,7 +147,8 @@ def _fill_holes(mask: np.ndarray) -> np.ndarray:
     """``mask`` with its holes filled, as :func:`scipy.ndimage.binary_fill_holes` fills
     them (a hole: a part of the complement, face-connected, that touches no face of the
     array), from one cut of the complement instead of a propagation."""
-    parts = cut(~mask, connectivity=6).numbers
+    # The parts' sizes are not needed: cc3d's numbering alone, not a cut's.
+    parts = cc3d.connected_components(~mask, connectivity=6)
     reaches_face = np.zeros(int(parts.max()) + 1, dtype=bool)
     for axis in range(mask.ndim):
         ends = np.moveaxis(parts, axis, 0)

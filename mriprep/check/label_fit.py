@@ -75,29 +75,70 @@ class FitReading:
 def tissue_codes(labels: np.ndarray) -> np.ndarray:
     """0 elsewhere, 1 cerebral white matter, 2 cortex (uint8, the labels' shape)."""
     labels = np.asarray(labels)
-    top = max(int(labels.max(initial=0)), 3000) + 1
-    lookup = np.zeros(top, dtype=np.uint8)
+    if labels.dtype.kind in "iu" and labels.dtype.itemsize <= 2:
+        # Every value of the type has its entry, negative ones through the unsigned
+        # view: no clip, no copy of the map before the lookup.
+        unsigned = labels.view(labels.dtype.str.replace("i", "u"))
+        return _CODES[: 1 << (8 * labels.dtype.itemsize)][unsigned]
+    return _CODES[np.clip(labels, 0, _CODES.size - 1)]
+
+
+def _code_table() -> np.ndarray:
+    lookup = np.zeros(1 << 16, dtype=np.uint8)
     lookup[list(WHITE_MATTER)] = 1
     lookup[[3, 42]] = 2
     lookup[1000:3000] = 2
-    return lookup[np.clip(labels, 0, top - 1)]
+    return lookup
 
 
-def separation(image: np.ndarray, codes: np.ndarray) -> float:
-    """White matter's mean intensity minus cortex's, over their pooled standard
-    deviation, for :func:`tissue_codes` on the image's grid; NaN when either has fewer
-    than :data:`MIN_VOXELS` voxels."""
-    codes = codes.ravel()
-    values = image.ravel()
-    n = np.bincount(codes, minlength=3)[1:3]
-    if n.min() < MIN_VOXELS:
-        return float("nan")
-    s1 = np.bincount(codes, weights=values, minlength=3)[1:3]
-    s2 = np.bincount(codes, weights=values * values, minlength=3)[1:3]
-    mean = s1 / n
-    var = np.maximum(s2 / n - mean * mean, 0.0)
-    pooled = np.sqrt(var.mean())
-    return float((mean[0] - mean[1]) / max(pooled, 1e-6))
+# Indexed by a label value (its unsigned view for a 16-bit map); values above 3000 and
+# negative ones are no tissue of the measure.
+_CODES = _code_table()
+
+
+class _Tissues:
+    """Each tissue's count, sum and sum of squares of one image's values, for codes that
+    move over it. An image of integers of at most 16 bits (a uint8 cache) is summed
+    through a histogram of its values per tissue, one count per voxel instead of three
+    weighted sums; the sums are of integers either way, exact in float64, so both give
+    the same separation."""
+
+    def __init__(self, image: np.ndarray):
+        image = np.asarray(image)
+        if image.dtype.kind in "iu" and image.dtype.itemsize <= 2 and image.size:
+            low = int(image.min())
+            self.levels = np.arange(low, int(image.max()) + 1, dtype=np.float64)
+            self.offset = (image.astype(np.intp) - low).ravel()
+        else:
+            self.levels = None
+            self.values = image.astype(np.float64).ravel()
+            self.squares = self.values * self.values
+
+    def separation(self, codes: np.ndarray) -> float:
+        """White matter's mean intensity minus cortex's, over their pooled standard
+        deviation, for :func:`tissue_codes` on the image's grid; NaN when either has
+        fewer than :data:`MIN_VOXELS` voxels."""
+        codes = codes.ravel()
+        if self.levels is not None:
+            size = len(self.levels)
+            key = np.multiply(codes, size, dtype=np.intp)
+            key += self.offset
+            counts = np.bincount(key, minlength=3 * size).reshape(3, size)[1:3]
+            n = counts.sum(axis=1)
+            if n.min() < MIN_VOXELS:
+                return float("nan")
+            s1 = counts @ self.levels
+            s2 = counts @ (self.levels * self.levels)
+        else:
+            n = np.bincount(codes, minlength=3)[1:3]
+            if n.min() < MIN_VOXELS:
+                return float("nan")
+            s1 = np.bincount(codes, weights=self.values, minlength=3)[1:3]
+            s2 = np.bincount(codes, weights=self.squares, minlength=3)[1:3]
+        mean = s1 / n
+        var = np.maximum(s2 / n - mean * mean, 0.0)
+        pooled = np.sqrt(var.mean())
+        return float((mean[0] - mean[1]) / max(pooled, 1e-6))
 
 
 def read_fit(image: np.ndarray, labels: np.ndarray,
@@ -124,18 +165,22 @@ def read_fit(image: np.ndarray, labels: np.ndarray,
             stop = min(stop, labelled[axis].stop + margin)
         inner.append(slice(start, max(start, stop), _STEP))
     inner = tuple(inner)
-    # The codes of the region the moved reads reach, no more.
+    # The region the moved reads reach; each read looks up the codes of its own voxels
+    # only (a ninth of the region in all), not the region's.
     reach = tuple(slice(s.start - margin, s.stop + margin) for s in inner)
-    codes = tissue_codes(labels[reach])
+    region = labels[reach]
     local = tuple(slice(margin, margin + s.stop - s.start, _STEP) for s in inner)
-    sampled = image[inner].astype(np.float64)
+    tissues = _Tissues(image[inner])
     # An invalid image voxel is read as unlabelled, whichever label a move brings to it.
-    read = None if valid is None else np.asarray(valid[inner], dtype=bool)
+    read = None if valid is None else np.asarray(valid[inner], dtype=np.uint8)
 
     def tissue_at(window: tuple[slice, ...]) -> np.ndarray:
-        return codes[window] if read is None else np.where(read, codes[window], 0)
+        codes = tissue_codes(region[window])
+        if read is not None:
+            codes *= read
+        return codes
 
-    here = separation(sampled, tissue_at(local))
+    here = tissues.separation(tissue_at(local))
     if not np.isfinite(here):
         return None
     best, best_move = here, (0, 0, 0)
@@ -146,7 +191,7 @@ def read_fit(image: np.ndarray, labels: np.ndarray,
             shifted = list(local)
             start, stop = local[axis].start + move, local[axis].stop + move
             shifted[axis] = slice(start, stop, _STEP)
-            value = separation(sampled, tissue_at(tuple(shifted)))
+            value = tissues.separation(tissue_at(tuple(shifted)))
             if np.isfinite(value) and value > best:
                 best = value
                 best_move = tuple(-move if a == axis else 0 for a in range(3))

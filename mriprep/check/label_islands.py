@@ -27,16 +27,23 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from mriprep.check.label_boxes import labelled_box, structure_boxes
-from mriprep.check.label_pieces import Pieces, cut, face_surface, first_reached
+from mriprep.check.label_pieces import (
+    Pieces,
+    cut,
+    face_surface,
+    first_reached,
+    voxel_indices,
+)
 
 FAR_MM = 10.0
 SPECK_MM3 = 8.0
 MAX_SCATTERED = 0.03
 MIN_STRUCTURE_MM3 = 200.0
 SHOWN = 5
-# Up to this many specks in a structure, each is measured in a box of its own; more, at
-# once through a k-d tree (:func:`_far_voxels`).
-_FEW_SPECKS = 256
+# A structure's specks are measured each in a box of its own while those boxes hold at
+# most this share of the structure's box in voxels; beyond, the structure's box is read
+# once, through a k-d tree of its body's surface (:func:`_far_voxels`).
+_ONE_BY_ONE_SHARE = 1.0
 # Speck voxels times body voxels measured at once in a speck's box, at most.
 _PAIRS = 1_000_000
 
@@ -107,7 +114,7 @@ def read_islands(labels: np.ndarray, spacing: Sequence[float] = (1.0, 1.0, 1.0),
     is_speck = (pieces.size <= speck_voxels) & judged[pieces.value]
     is_speck[bodies] = False  # a structure's body is never its own speck
     specks: dict[int, list[np.ndarray]] = {}
-    for piece, voxels in _speck_voxels(pieces.numbers, is_speck).items():
+    for piece, voxels in _speck_voxels(pieces, is_speck).items():
         specks.setdefault(int(pieces.value[piece]), []).append(voxels)
     for value in np.flatnonzero(judged):
         value = int(value)
@@ -143,17 +150,14 @@ def _bodies(pieces: Pieces, boxes: Sequence[tuple[slice, ...] | None]) -> np.nda
     return bodies
 
 
-def _speck_voxels(pieces: np.ndarray, is_speck: np.ndarray) -> dict[int, np.ndarray]:
-    """The voxels (indices in ``pieces``, one row each) of each piece that
-    ``is_speck`` marks, by piece number: found in one pass over the map, not in a box
-    per speck."""
-    # A flat search, then the indices: argwhere's own search is several times slower
-    # (docs/benchmarks.md, row 54).
-    flat = np.flatnonzero(is_speck[pieces])
+def _speck_voxels(pieces: Pieces, is_speck: np.ndarray) -> dict[int, np.ndarray]:
+    """The voxels (indices in ``pieces.numbers``, one row each) of each piece that
+    ``is_speck`` marks, by piece number: found from the cut's runs, not in a box per
+    speck."""
+    flat, numbers = pieces.voxels_of(is_speck)
     if not len(flat):
         return {}
-    voxels = np.stack(np.unravel_index(flat, pieces.shape), axis=1)
-    numbers = pieces[tuple(voxels.T)]
+    voxels = np.stack(np.unravel_index(flat, pieces.numbers.shape), axis=1)
     order = np.argsort(numbers, kind="stable")
     numbers, voxels = numbers[order], voxels[order]
     starts = np.flatnonzero(np.r_[True, numbers[1:] != numbers[:-1]])
@@ -168,22 +172,33 @@ def _far_voxels(pieces: np.ndarray, body_piece: int, specks: list[np.ndarray],
     box of the structure they belong to.
 
     A few specks are each measured against the body inside a box reaching
-    :data:`FAR_MM` around the speck: any body voxel nearer lies in it. Many (the
-    cerebrospinal fluid has thousands of specks, a scattered structure hundreds) are
-    measured at once, against the body's surface through a k-d tree: the nearest body
-    voxel to a point outside the body is on its surface, and a distance transform of
-    the structure's box costs as much for a hemisphere's white matter as a whole pass
-    over the map."""
-    if len(specks) > _FEW_SPECKS:
+    :data:`FAR_MM` around the speck: any body voxel nearer lies in it. Where those
+    boxes would read more voxels than the structure's own box (the cerebrospinal fluid
+    has thousands of specks, a small structure's dozens cover its box several times),
+    they are measured at once, against the body's surface through a k-d tree: the
+    nearest body voxel to a point outside the body is on its surface, and a distance
+    transform of the structure's box costs as much for a hemisphere's white matter as a
+    whole pass over the map."""
+    reach = np.ceil(FAR_MM / np.asarray(spacing)).astype(int)
+    speck_box = int(np.prod(2 * reach + 1))
+    structure_box = int(np.prod([s.stop - s.start for s in structure]))
+    if len(specks) * speck_box > _ONE_BY_ONE_SHARE * structure_box:
         return _far_by_tree(pieces, body_piece, np.concatenate(specks), spacing,
                             structure)
-    reach = np.ceil(FAR_MM / np.asarray(spacing)).astype(int)
     scale = np.asarray(spacing)
+    near = _near_half_width(scale)
     far = []
     for own in specks:
-        low = np.maximum(own.min(axis=0) - reach, 0)
-        high = np.minimum(own.max(axis=0) + 1 + reach, pieces.shape)
-        body = (np.argwhere(pieces[tuple(map(slice, low, high))] == body_piece) + low)
+        first, last = own.min(axis=0), own.max(axis=0)
+        # Any body voxel within ``near`` of every voxel of the speck, along each axis,
+        # lies nearer than FAR_MM to each of them: most specks are settled by that
+        # small box alone.
+        inner = tuple(map(slice, np.maximum(last - near, 0), first + near + 1))
+        if (pieces[inner] == body_piece).any():
+            continue
+        low = np.maximum(first - reach, 0)
+        high = np.minimum(last + 1 + reach, pieces.shape)
+        body = voxel_indices(pieces[tuple(map(slice, low, high))] == body_piece) + low
         if body.size and own.shape[0] * body.shape[0] <= _PAIRS:
             # Squared distances against the squared limit, as the k-d tree compares them.
             squared = ((((own[:, None, :] - body[None]) * scale) ** 2).sum(axis=-1)
@@ -195,6 +210,15 @@ def _far_voxels(pieces: np.ndarray, body_piece: int, specks: list[np.ndarray],
             own = own[np.isinf(distance)]
         far.append(own)
     return np.concatenate(far) if far else np.empty((0, 3), dtype=np.intp)
+
+
+def _near_half_width(spacing: np.ndarray) -> np.ndarray:
+    """Voxels along each axis such that a box of that half-width holds only points
+    nearer than :data:`FAR_MM` to its centre."""
+    near = np.floor(FAR_MM / np.sqrt(len(spacing)) / spacing).astype(int)
+    while near.any() and np.sum((near * spacing) ** 2) >= FAR_MM ** 2:
+        near = np.maximum(near - 1, 0)
+    return near
 
 
 def _far_by_tree(pieces: np.ndarray, body_piece: int, own: np.ndarray,

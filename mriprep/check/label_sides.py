@@ -99,15 +99,24 @@ def side_pairs(ids, names, present) -> dict[str, tuple[int, int]]:
 
 
 def read_sides(labels: np.ndarray, affine: np.ndarray,
-               pairs: dict[str, tuple[int, int]]) -> SideReading:
-    """Each pair's offset in mm (right centroid's world x minus the left one's)."""
-    sub = np.asarray(labels)[::_STEP, ::_STEP, ::_STEP]
+               pairs: dict[str, tuple[int, int]],
+               labelled: tuple[slice, ...] | None = None) -> SideReading:
+    """Each pair's offset in mm (right centroid's world x minus the left one's).
+    ``labelled``, the box of the map's labelled voxels when the caller knows it, bounds
+    the reads: the same voxels are summed in the same order."""
+    labels = np.asarray(labels)
+    # The sampled grid starts at index 0 of the map; in the box, at its first even index.
+    first = [0] * labels.ndim if labelled is None else [
+        -(-s.start // _STEP) * _STEP for s in labelled]
+    box = tuple(slice(f, None if labelled is None else s.stop, _STEP)
+                for f, s in zip(first, labelled or [slice(None)] * labels.ndim))
+    sub = labels[box]
     flat = sub.ravel()
     where = np.flatnonzero(flat)
     values = flat[where].astype(np.int64)
     if len(values) == 0:
         return SideReading({})
-    coords = np.unravel_index(where, sub.shape)
+    coords = [c + f // _STEP for c, f in zip(np.unravel_index(where, sub.shape), first)]
     size = int(values.max()) + 1
     count = np.bincount(values, minlength=size)
     # World x of every voxel is linear in its indices: only the x row of the affine.

@@ -175,11 +175,12 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
         return result
     # One pass finds every structure's box: islands work in them, fit in their union.
     boxes = structure_boxes(labels)
+    labelled = labelled_box(boxes)
     pairs: dict[str, tuple[int, int]] = {}
     if entry.affine is not None:
         present = [v for v, c in label_counts.items() if c > 0]
         pairs = side_pairs(table.lut.ids, table.lut.names, present)
-        result.sides = read_sides(labels, entry.affine, pairs)
+        result.sides = read_sides(labels, entry.affine, pairs, labelled)
     result.islands = read_islands(
         labels, entry.spacing if entry.spacing is not None else (1.0, 1.0, 1.0),
         dict(zip(map(int, table.lut.ids), table.lut.names)), boxes=boxes,
@@ -193,7 +194,7 @@ def judge_map(cache: Cache, entry: IndexEntry, table: ClassTable,
         image = None
     anatomy_where: dict[str, np.ndarray] = {}
     if image is not None and np.shape(image) == labels.shape:
-        result.fit = read_fit(image, labels, labelled_box(boxes), valid)
+        result.fit = read_fit(image, labels, labelled, valid)
         result.anatomy, anatomy_where = anatomy_and_where(image, labels, result.voxel_mm3,
                                                           valid)
     result.regions = _regions(labels, result, pairs, anatomy_where)

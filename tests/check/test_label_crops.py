@@ -5,15 +5,24 @@ one tree, and every structure cut into pieces at once."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy import ndimage
 
 from mriprep.check import label_islands
-from mriprep.check.label_anatomy import ENVELOPE_MM, _beyond, _fill_holes, _off_brain
+from mriprep.check.label_anatomy import (
+    ENVELOPE_MM,
+    _beyond,
+    _fill_holes,
+    _off_brain,
+    anatomy_and_where,
+)
 from mriprep.check.label_boxes import labelled_box, structure_boxes
 from mriprep.check.label_fit import read_fit
 from mriprep.check.label_pieces import cut, face_surface, first_reached
+from mriprep.check.label_sides import read_sides
 from mriprep.core.boxes import nonzero_box
 
 
@@ -81,8 +90,9 @@ def test_specks_measured_one_by_one_or_through_one_tree_agree(monkeypatch):
     rng = np.random.default_rng(4)
     for i, j, k in rng.integers(1, 68, size=(60, 3)):
         labels[i, j, k] = 17  # specks near the body and far from it
+    monkeypatch.setattr(label_islands, "_ONE_BY_ONE_SHARE", math.inf)
     one_by_one = label_islands.read_islands(labels)
-    monkeypatch.setattr(label_islands, "_FEW_SPECKS", 0)
+    monkeypatch.setattr(label_islands, "_ONE_BY_ONE_SHARE", 0.0)
     by_tree = label_islands.read_islands(labels)
     assert one_by_one.scattered == by_tree.scattered
     assert 0 < one_by_one.scattered[17] < 1
@@ -91,9 +101,9 @@ def test_specks_measured_one_by_one_or_through_one_tree_agree(monkeypatch):
     edge[5:20, 5:20, 5:20] = 17
     edge[19 + int(label_islands.FAR_MM), 10, 10] = 17
     edge[19 + int(label_islands.FAR_MM) - 1, 30, 30] = 17  # farther than 10 mm too
-    monkeypatch.setattr(label_islands, "_FEW_SPECKS", 256)
+    monkeypatch.setattr(label_islands, "_ONE_BY_ONE_SHARE", math.inf)
     few = label_islands.read_islands(edge, names={17: "x"})
-    monkeypatch.setattr(label_islands, "_FEW_SPECKS", 0)
+    monkeypatch.setattr(label_islands, "_ONE_BY_ONE_SHARE", 0.0)
     tree = label_islands.read_islands(edge, names={17: "x"})
     assert few.scattered == tree.scattered
     assert few.scattered[17] * int((edge == 17).sum()) == pytest.approx(2)
@@ -157,3 +167,72 @@ def test_off_brain_by_the_surface_tree_is_the_distance_transforms(seed):
                                      > ENVELOPE_MM)
     found = _off_brain(labelled, 2.0)
     assert expected.any() and np.array_equal(found, expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_voxels_of_marked_pieces_from_the_runs_are_a_flat_search(seed):
+    rng = np.random.default_rng(seed)
+    labels = np.where(rng.random((20, 18, 17)) < 0.4,
+                      rng.choice([2, 17, 41], size=(20, 18, 17)), 0).astype(np.int16)
+    pieces = cut(labels)
+    marked = rng.random(len(pieces.size)) < 0.3
+    marked[0] = seed % 2 == 0  # the background's runs too
+    flat, numbers = pieces.voxels_of(marked)
+    expected = np.flatnonzero(marked[pieces.numbers])
+    assert np.array_equal(flat, expected)
+    assert np.array_equal(numbers, pieces.numbers.reshape(-1)[expected])
+    assert pieces.voxels_of(np.zeros_like(marked))[0].size == 0
+
+
+@pytest.mark.parametrize("spacing", [(1.0, 1.0, 1.0), (1.0, 1.0, 3.0), (0.7, 0.7, 0.7),
+                                     (2.0, 2.0, 2.0), (0.5, 1.2, 4.0)])
+def test_the_near_box_holds_only_points_nearer_than_far_mm(spacing):
+    near = label_islands._near_half_width(np.asarray(spacing))
+    assert np.sqrt(np.sum((near * np.asarray(spacing)) ** 2)) < label_islands.FAR_MM
+    assert (near >= 1).all()  # wide enough to settle a speck next to its body
+
+
+def test_the_fit_of_a_uint8_image_through_its_histogram_is_the_float_fit():
+    rng = np.random.default_rng(7)
+    shape = (48, 50, 46)
+    labels = np.zeros(shape, dtype=np.int16)
+    labels[10:38, 10:40, 8:36] = 2
+    labels[16:34, 14:38, 12:32] = 1010
+    labels[12:14, 12:38, 10:34] = 42
+    labels[0:3, 0:3, 0:3] = -7      # negative: no tissue
+    labels[40:44, 40:44, 40:44] = 5001  # above every tissue value
+    image = np.clip(rng.normal(80, 12, shape) + 60 * (labels == 2), 0, 255).astype(np.uint8)
+    valid = rng.random(shape) > 0.05
+    for moved in (labels, np.roll(labels, 2, axis=1)):
+        as_integers = read_fit(image, moved, None, valid)
+        as_floats = read_fit(image.astype(np.float64), moved, None, valid)
+        assert as_integers is not None and as_integers == as_floats
+        assert read_fit(image, moved.astype(np.int32), None, valid) == as_integers
+
+
+def test_the_sides_read_in_the_labelled_box_are_those_of_the_whole_grid():
+    labels = np.zeros((41, 40, 39), dtype=np.int16)
+    labels[7:20, 9:30, 5:33] = 17    # Left-Hippocampus, low x
+    labels[21:34, 11:31, 6:32] = 53  # Right-Hippocampus
+    affine = np.diag([1.0, 1.0, 1.0, 1.0])
+    affine[:3, 3] = (-20.5, -18.0, -17.0)
+    pairs = {"Hippocampus": (17, 53)}
+    box = labelled_box(structure_boxes(labels))
+    assert box[0].start % 2 == 1  # the sampled grid's first even index is inside it
+    assert read_sides(labels, affine, pairs, box) == read_sides(labels, affine, pairs)
+
+
+def test_the_head_of_a_uint8_image_is_the_head_of_its_floats():
+    rng = np.random.default_rng(3)
+    shape = (60, 62, 58)
+    labels = np.zeros(shape, dtype=np.int16)
+    labels[15:45, 14:48, 12:44] = 2
+    labels[2:6, 2:6, 2:6] = 17  # labels in the air
+    image = np.clip(rng.normal(8, 3, shape), 0, 255)
+    image[10:50, 10:52, 8:48] += 90
+    image = image.astype(np.uint8)
+    valid = np.ones(shape, dtype=bool)
+    valid[:, :, 50:] = False
+    for v in (None, valid):
+        assert (anatomy_and_where(image, labels, 1.0, v)[0]
+                == anatomy_and_where(image.astype(np.float32), labels, 1.0, v)[0])
