@@ -104,7 +104,9 @@ def anatomy_and_where(image: np.ndarray, labels: np.ndarray, voxel_mm3: float = 
     background = _background_level(values, seen)
     top = float(percentiles(values if seen is None or not seen.any() else values[seen],
                             [99.5])[0])
-    head = _fill_holes(values > background + HEAD_LEVEL * (top - background))
+    # The level as a float64 scalar: every image type is compared with it in float64.
+    level = np.float64(background + HEAD_LEVEL * (top - background))
+    head = _fill_holes(values > level)
     candidates = labelled & ~head if seen is None else labelled & ~head & seen
     outside = _beyond(candidates, head, TOLERANCE_VOXELS)
     off_brain = _off_brain(labelled, STEP * voxel_mm3 ** (1 / 3))

@@ -91,8 +91,8 @@ def _code_table() -> np.ndarray:
     return lookup
 
 
-# Indexed by a label value (its unsigned view for a 16-bit map); values above 3000 and
-# negative ones are no tissue of the measure.
+# Indexed by a label value (its unsigned view for an 8- or 16-bit map); values above
+# 3000 and negative ones are no tissue of the measure.
 _CODES = _code_table()
 
 
@@ -100,12 +100,14 @@ class _Tissues:
     """Each tissue's count, sum and sum of squares of one image's values, for codes that
     move over it. An image of integers of at most 16 bits (a uint8 cache) is summed
     through a histogram of its values per tissue, one count per voxel instead of three
-    weighted sums; the sums are of integers either way, exact in float64, so both give
-    the same separation."""
+    weighted sums, where every partial sum of squares stays an integer float64 holds
+    exactly: both ways then give the same separation."""
 
     def __init__(self, image: np.ndarray):
         image = np.asarray(image)
-        if image.dtype.kind in "iu" and image.dtype.itemsize <= 2 and image.size:
+        if (image.dtype.kind in "iu" and image.dtype.itemsize <= 2 and image.size
+                and image.size * max(abs(int(image.min())), abs(int(image.max()))) ** 2
+                < 2 ** 53):
             low = int(image.min())
             self.levels = np.arange(low, int(image.max()) + 1, dtype=np.float64)
             self.offset = (image.astype(np.intp) - low).ravel()
@@ -166,13 +168,13 @@ def read_fit(image: np.ndarray, labels: np.ndarray,
         inner.append(slice(start, max(start, stop), _STEP))
     inner = tuple(inner)
     # The region the moved reads reach; each read looks up the codes of its own voxels
-    # only (a ninth of the region in all), not the region's.
+    # only (13 reads of a 27th each), not every voxel of the region.
     reach = tuple(slice(s.start - margin, s.stop + margin) for s in inner)
     region = labels[reach]
     local = tuple(slice(margin, margin + s.stop - s.start, _STEP) for s in inner)
     tissues = _Tissues(image[inner])
     # An invalid image voxel is read as unlabelled, whichever label a move brings to it.
-    read = None if valid is None else np.asarray(valid[inner], dtype=np.uint8)
+    read = None if valid is None else np.asarray(valid[inner], dtype=bool).view(np.uint8)
 
     def tissue_at(window: tuple[slice, ...]) -> np.ndarray:
         codes = tissue_codes(region[window])

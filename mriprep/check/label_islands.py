@@ -200,9 +200,11 @@ def _far_voxels(pieces: np.ndarray, body_piece: int, specks: list[np.ndarray],
         high = np.minimum(last + 1 + reach, pieces.shape)
         body = voxel_indices(pieces[tuple(map(slice, low, high))] == body_piece) + low
         if body.size and own.shape[0] * body.shape[0] <= _PAIRS:
-            # Squared distances against the squared limit, as the k-d tree compares them.
-            squared = ((((own[:, None, :] - body[None]) * scale) ** 2).sum(axis=-1)
-                       .min(axis=1))
+            # Squared distances of the points in mm against the squared limit, summed
+            # axis by axis: the k-d tree's arithmetic, so that a speck at FAR_MM on a
+            # grid whose spacing binary fractions do not hold is judged alike by both.
+            squared = ((((own * scale)[:, None, :] - (body * scale)[None]) ** 2)
+                       .sum(axis=-1).min(axis=1))
             own = own[squared >= FAR_MM ** 2]
         elif body.size:  # a fine grid: too many pairs to hold at once
             distance, _ = cKDTree(body * scale).query(own * scale,
@@ -214,9 +216,10 @@ def _far_voxels(pieces: np.ndarray, body_piece: int, specks: list[np.ndarray],
 
 def _near_half_width(spacing: np.ndarray) -> np.ndarray:
     """Voxels along each axis such that a box of that half-width holds only points
-    nearer than :data:`FAR_MM` to its centre."""
+    nearer than :data:`FAR_MM` to its centre, with a margin far above the rounding of
+    the distances the exact tests compute."""
     near = np.floor(FAR_MM / np.sqrt(len(spacing)) / spacing).astype(int)
-    while near.any() and np.sum((near * spacing) ** 2) >= FAR_MM ** 2:
+    while near.any() and np.sum((near * spacing) ** 2) >= FAR_MM ** 2 * (1 - 1e-9):
         near = np.maximum(near - 1, 0)
     return near
 

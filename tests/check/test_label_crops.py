@@ -236,3 +236,35 @@ def test_the_head_of_a_uint8_image_is_the_head_of_its_floats():
     for v in (None, valid):
         assert (anatomy_and_where(image, labels, 1.0, v)[0]
                 == anatomy_and_where(image.astype(np.float32), labels, 1.0, v)[0])
+
+
+def test_a_speck_at_far_mm_on_a_spacing_binary_does_not_hold_is_judged_alike_both_ways(
+        monkeypatch):
+    # (10, 6, 3) voxels of 0.8 x 0.8 x 1.2 mm: 10 mm exactly in real numbers, each way's
+    # float rounding its own before the measures shared their arithmetic.
+    spacing = (0.8, 0.8, 1.2)
+    for shift in range(0, 30, 3):
+        labels = np.zeros((60, 50, 40), dtype=np.int16)
+        corner = np.array([5 + shift, 5 + shift // 2, 5 + shift // 3])
+        labels[tuple(slice(c - 6, c + 1) for c in corner)] = 17
+        labels[tuple(corner + (10, 6, 3))] = 17
+        labels[0, 0, 0] = 2  # the labelled box, where the measures work, starts at 0
+        readings = []
+        for share in (math.inf, 0.0):
+            monkeypatch.setattr(label_islands, "_ONE_BY_ONE_SHARE", share)
+            readings.append(label_islands.read_islands(labels, spacing).scattered)
+        assert readings[0] == readings[1]
+
+
+def test_a_valid_mask_of_any_type_reads_as_its_truth_values():
+    rng = np.random.default_rng(5)
+    shape = (48, 50, 46)
+    labels = np.zeros(shape, dtype=np.int16)
+    labels[10:38, 10:40, 8:36] = 2
+    labels[16:34, 14:38, 12:32] = 1010
+    image = (rng.normal(80, 12, shape) + 60 * (labels == 2)).astype(np.float32)
+    valid = rng.random(shape) > 0.1
+    expected = read_fit(image, labels, None, valid)
+    assert expected is not None
+    for as_type in (valid.astype(np.uint8) * 255, valid * 0.5, valid.astype(np.int32) * 256):
+        assert read_fit(image, labels, None, as_type) == expected
