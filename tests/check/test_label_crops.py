@@ -192,12 +192,18 @@ def test_the_near_box_holds_only_points_nearer_than_far_mm(spacing):
     assert (near >= 1).all()  # wide enough to settle a speck next to its body
 
 
-def test_the_fit_of_a_uint8_image_through_its_histogram_is_the_float_fit():
-    rng = np.random.default_rng(7)
-    shape = (48, 50, 46)
+def _white_matter_and_a_parcel(shape=(48, 50, 46)) -> np.ndarray:
+    """A map with enough white matter and cortex on every third voxel to judge a fit."""
     labels = np.zeros(shape, dtype=np.int16)
     labels[10:38, 10:40, 8:36] = 2
     labels[16:34, 14:38, 12:32] = 1010
+    return labels
+
+
+def test_the_fit_of_a_uint8_image_through_its_histogram_is_the_float_fit():
+    rng = np.random.default_rng(7)
+    labels = _white_matter_and_a_parcel()
+    shape = labels.shape
     labels[12:14, 12:38, 10:34] = 42
     labels[0:3, 0:3, 0:3] = -7      # negative: no tissue
     labels[40:44, 40:44, 40:44] = 5001  # above every tissue value
@@ -258,10 +264,8 @@ def test_a_speck_at_far_mm_on_a_spacing_binary_does_not_hold_is_judged_alike_bot
 
 def test_a_valid_mask_of_any_type_reads_as_its_truth_values():
     rng = np.random.default_rng(5)
-    shape = (48, 50, 46)
-    labels = np.zeros(shape, dtype=np.int16)
-    labels[10:38, 10:40, 8:36] = 2
-    labels[16:34, 14:38, 12:32] = 1010
+    labels = _white_matter_and_a_parcel()
+    shape = labels.shape
     image = (rng.normal(80, 12, shape) + 60 * (labels == 2)).astype(np.float32)
     valid = rng.random(shape) > 0.1
     expected = read_fit(image, labels, None, valid)
