@@ -100,16 +100,15 @@ class _Tissues:
     """Each tissue's count, sum and sum of squares of one image's values, for codes that
     move over it. An image of integers of at most 16 bits (a uint8 cache) is summed
     through a histogram of its values per tissue, one count per voxel instead of three
-    weighted sums, where every partial sum of squares stays an integer float64 holds
+    weighted sums, while every partial sum of squares is an integer that float64 holds
     exactly: both ways then give the same separation."""
 
     def __init__(self, image: np.ndarray):
         image = np.asarray(image)
-        if (image.dtype.kind in "iu" and image.dtype.itemsize <= 2 and image.size
-                and image.size * max(abs(int(image.min())), abs(int(image.max()))) ** 2
-                < 2 ** 53):
-            low = int(image.min())
-            self.levels = np.arange(low, int(image.max()) + 1, dtype=np.float64)
+        small = image.dtype.kind in "iu" and image.dtype.itemsize <= 2 and image.size
+        low, high = (int(image.min()), int(image.max())) if small else (0, 0)
+        if small and image.size * max(abs(low), abs(high)) ** 2 < 2 ** 53:
+            self.levels = np.arange(low, high + 1, dtype=np.float64)
             self.offset = (image.astype(np.intp) - low).ravel()
         else:
             self.levels = None

@@ -105,12 +105,11 @@ def read_sides(labels: np.ndarray, affine: np.ndarray,
     ``labelled``, the box of the map's labelled voxels when the caller knows it, bounds
     the reads: the same voxels are summed in the same order."""
     labels = np.asarray(labels)
+    if labelled is None:
+        labelled = tuple(slice(0, n) for n in labels.shape)
     # The sampled grid starts at index 0 of the map; in the box, at its first even index.
-    first = [0] * labels.ndim if labelled is None else [
-        -(-s.start // _STEP) * _STEP for s in labelled]
-    box = tuple(slice(f, None if labelled is None else s.stop, _STEP)
-                for f, s in zip(first, labelled or [slice(None)] * labels.ndim))
-    sub = labels[box]
+    first = [-(-s.start // _STEP) * _STEP for s in labelled]
+    sub = labels[tuple(slice(f, s.stop, _STEP) for f, s in zip(first, labelled))]
     flat = sub.ravel()
     where = np.flatnonzero(flat)
     values = flat[where].astype(np.int64)
