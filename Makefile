@@ -21,10 +21,13 @@ unexport PYTHONDONTWRITEBYTECODE
 
 install: $(STAMP) $(REAL_SCANS_STAMP)
 
+# --no-compile: pip would compile every module of every package (about 16,000, torch's
+# among them) and that was half of a fresh clone's install; Python compiles the few
+# thousand a run imports on first use instead (docs/development.md, "Tests and limits").
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,interop,slurm,fastsurfer,referee,docs]"
+	$(PY) -m pip install -q --no-compile -c constraints.txt -e ".[dev,bench,interop,slurm,fastsurfer,referee,docs]"
 	touch $(STAMP)
 
 $(REAL_SCANS_STAMP): $(STAMP) mriprep/demo/real_scans.py
