@@ -39,6 +39,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,8 +196,9 @@ def segment_tissue(image: np.ndarray, brain: np.ndarray,
     flat = ants.n4_bias_field_correction(img, mask=mask)
     # r=0: Atropos' fixed seed. Its default draws one per run (the MRF's update order),
     # and two runs on ROBEX then differed in 95-178 voxels.
-    seg = ants.atropos(a=flat, x=mask, i="kmeans[3]", m=ATROPOS_MRF, c="[3,0]",
-                       r=0, verbose=0)["segmentation"].numpy()
+    with _temporary_files_in_a_folder_of_their_own():
+        seg = ants.atropos(a=flat, x=mask, i="kmeans[3]", m=ATROPOS_MRF, c="[3,0]",
+                           r=0, verbose=0)["segmentation"].numpy()
     flat = flat.numpy()
     inside = brain[box]
     # Atropos numbers k-means classes by rising mean; sorted again here, not trusted.
@@ -205,6 +209,21 @@ def segment_tissue(image: np.ndarray, brain: np.ndarray,
     tissue = np.zeros(image.shape, dtype=np.uint8)
     tissue[box] = local
     return tissue
+
+
+@contextmanager
+def _temporary_files_in_a_folder_of_their_own() -> Iterator[None]:
+    """Every temporary name this process takes meanwhile lies in a new folder, deleted
+    on leaving. ``ants.atropos`` (antspyx 0.6) writes one probability image per class
+    beside a ``tempfile.mktemp`` name, reads them back and leaves them: three files of
+    a few MB in the system's temporary folder per call, for ever."""
+    previous = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="mriprep-atropos-") as folder:
+        tempfile.tempdir = folder
+        try:
+            yield
+        finally:
+            tempfile.tempdir = previous
 
 
 def _brain_from_prior(image: np.ndarray, affine: np.ndarray,

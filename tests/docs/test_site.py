@@ -171,8 +171,7 @@ def test_every_benchmark_row_is_short_and_has_its_paragraph():
 def test_the_site_renders_in_chromium(site):
     from tests.qc.browser import chromium_driver
 
-    driver = chromium_driver()
-    try:
+    with chromium_driver() as driver:
         driver.get((site / "index.html").as_uri())
         assert driver.title.startswith("mriprep")
         assert "Your own data" in driver.find_element("tag name", "body").text
@@ -184,5 +183,3 @@ def test_the_site_renders_in_chromium(site):
         first_line = inspect.getdoc(training.MRIDataset).splitlines()[0]
         assert first_line in body
         assert "make_dataloader" in body
-    finally:
-        driver.quit()

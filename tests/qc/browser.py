@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -19,8 +21,11 @@ HOW_TO_ENABLE = ("install Chromium and its driver (Debian: apt-get install chrom
                  "'.[dev]')")
 
 
-def chromium_driver():
-    """A selenium Chrome driver on the system Chromium, or a pytest skip saying why."""
+@contextmanager
+def chromium_driver() -> Iterator:
+    """A selenium Chrome driver on the system Chromium, or a pytest skip saying why; on
+    leaving, the browser is quit and its profile folder deleted (each was left in the
+    system's temporary folder, one per browser started)."""
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
@@ -34,6 +39,12 @@ def chromium_driver():
     options.binary_location = binary
     for flag in FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='mriprep-chromium-')}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(driver_path), options=options)
+    with tempfile.TemporaryDirectory(prefix="mriprep-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
+        options.add_argument(f"--user-data-dir={profile}")
+        driver = webdriver.Chrome(service=Service(driver_path), options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()

@@ -21,9 +21,8 @@ return Array.from(document.images).map(img => [img.getAttribute('src'), img.comp
 
 @pytest.fixture(scope="module")
 def browser():
-    driver = chromium_driver()
-    yield driver
-    driver.quit()
+    with chromium_driver() as driver:
+        yield driver
 
 
 def _load_all_images(driver) -> list:

@@ -21,9 +21,8 @@ def report(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    driver = chromium_driver()
-    yield driver
-    driver.quit()
+    with chromium_driver() as driver:
+        yield driver
 
 
 def _errors(driver) -> list:

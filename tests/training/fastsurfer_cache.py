@@ -8,7 +8,9 @@ subject differs by a shift and a gain, so that no two are equal.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -103,5 +105,8 @@ def write_cache(root: Path, count: int = 3, split: str = "train",
 
 @functools.lru_cache(maxsize=1)
 def shared_cache() -> Path:
-    """One cache for every test module of a session (read only: do not change it)."""
-    return write_cache(Path(tempfile.mkdtemp(prefix="fs-cache-")) / "c")
+    """One cache for every test module of a process (read only: do not change it),
+    deleted when the process ends."""
+    folder = Path(tempfile.mkdtemp(prefix="fs-cache-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return write_cache(folder / "c")
