@@ -11,12 +11,21 @@ the one section), so that nothing a section sets holds for the next: the runner 
 modules it imported. The parent builds the demo cohort once and hands every section the
 same work folder. A section that fails is reported with its exit status and the rest still
 run; the run's exit status is non-zero if any section failed.
+
+Each section's output is also kept in the work folder (``sections/NAME.log``), beside a
+record of how it ended (``sections/NAME.json``: exit status, seconds, start and end, the
+commit). The whole bench takes hours on a 2-core machine, longer than some sessions:
+``--work-dir DIR --resume`` continues a run, leaving out the sections that already
+succeeded in DIR on the same commit of a clean checkout, and says which and when.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
+import datetime
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -99,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", help="keep the demo cohort and caches here, e.g. to "
                         "inspect a failed run (default: a temporary folder, deleted at the "
                         "end, whatever happened)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --work-dir: leave out the sections that already "
+                        "succeeded in that folder on this same commit (a clean checkout), "
+                        "to finish a run that was stopped")
     parser.add_argument("--in-process", action="store_true",
                         help="run the chosen sections in this process, one after another "
                         "(how each section's own process is started; the default starts a "
@@ -110,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}")
     if args.in_process and not args.work_dir:
         parser.error("--in-process needs --work-dir (the folder the parent run shares)")
+    if args.resume and not args.work_dir:
+        parser.error("--resume needs --work-dir (the folder of the run to continue)")
 
     if args.work_dir:
         return _run(chosen, Path(args.work_dir), keep=not args.in_process,
-                    in_process=args.in_process)
+                    in_process=args.in_process, resume=args.resume)
     # Without --work-dir everything goes: one run writes about 6 GB of caches.
     with tempfile.TemporaryDirectory(prefix="mriprep-bench-") as scratch:
         return _run(chosen, Path(scratch), keep=False, in_process=False)
@@ -125,22 +140,97 @@ def section_command(name: str, work: Path) -> list[str]:
             "--in-process"]
 
 
-def run_sections(chosen: list[str], command) -> dict[str, int]:
+def run_sections(chosen: list[str], command, records: Path | None = None) -> dict[str, int]:
     """Run each of ``chosen`` as its own process, ``command(name)``, one after another.
 
-    Returns every section's exit status; a failed section does not stop the ones after it.
+    With ``records``, each section's output is also written to ``records/NAME.log`` and
+    how it ended to ``records/NAME.json`` (:func:`_record`). Returns every section's exit
+    status; a failed section does not stop the ones after it.
     """
     statuses = {}
     for name in chosen:
         print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
+        started = _now()
         start = time.perf_counter()
-        statuses[name] = subprocess.run(command(name)).returncode
+        log = None
+        if records is not None:
+            records.mkdir(parents=True, exist_ok=True)
+            log = open(records / f"{name}.log", "w", encoding="utf-8")
+        try:
+            statuses[name] = _run_teed(command(name), log)
+        finally:
+            if log is not None:
+                log.close()
+        seconds = time.perf_counter() - start
         failed = f", FAILED with exit status {statuses[name]}" if statuses[name] else ""
-        print(f"({name}: {time.perf_counter() - start:.0f} s{failed})", flush=True)
+        print(f"({name}: {seconds:.0f} s{failed})", flush=True)
+        if records is not None:
+            _record(records / f"{name}.json", {
+                "section": name, "status": statuses[name], "seconds": round(seconds, 1),
+                "started": started, "ended": _now(), "commit": code_version()})
     return statuses
 
 
-def _run(chosen: list[str], work: Path, keep: bool, in_process: bool) -> int:
+def _run_teed(command: list[str], log) -> int:
+    """Run ``command``, its output (stdout and stderr) passed on to this process's stdout
+    as it comes, and copied into ``log`` when one is given; returns its exit status."""
+    if log is None:
+        return subprocess.run(command).returncode
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := process.stdout.read1(1 << 16):
+        text = decoder.decode(chunk)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        log.write(text)
+        log.flush()
+    return process.wait()
+
+
+def _record(path: Path, record: dict) -> None:
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(record, indent=1))
+    temporary.replace(path)
+
+
+def _now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def code_version() -> str | None:
+    """The checkout's commit, or None where it cannot vouch for the code that ran: not a
+    git checkout, or tracked files changed since the commit. Untracked files do not count:
+    a work folder inside the checkout would otherwise void every record."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                  "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return None if changed else commit
+
+
+def already_done(chosen: list[str], records: Path, version: str | None) -> dict[str, dict]:
+    """The sections of ``chosen`` recorded in ``records`` as succeeded on ``version``;
+    none where ``version`` is None (the code that ran cannot be told apart)."""
+    done = {}
+    if version is None:
+        return done
+    for name in chosen:
+        try:
+            record = json.loads((records / f"{name}.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("status") == 0 and record.get("commit") == version:
+            done[name] = record
+    return done
+
+
+def _run(chosen: list[str], work: Path, keep: bool, in_process: bool,
+         resume: bool = False) -> int:
     cohort = work / "cohort"
     if not (cohort / "ground_truth.json").exists():
         print(f"building the demo cohort in {cohort} ...", flush=True)
@@ -148,13 +238,24 @@ def _run(chosen: list[str], work: Path, keep: bool, in_process: bool) -> int:
     if in_process:
         sections = _sections(cohort, work)
         return max((int(sections[name]() or 0) for name in chosen), default=0)
-    statuses = run_sections(chosen, lambda name: section_command(name, work))
+    records = work / "sections"
+    version = code_version()
+    done = already_done(chosen, records, version) if resume else {}
+    if resume:
+        if version is None:
+            print("--resume: this checkout has changes since its commit (or is not a git "
+                  "checkout), so no earlier section can be vouched for: every section runs")
+        for name, record in done.items():
+            print(f"({name}: left out, done {record['ended']} on {version[:10]} in "
+                  f"{record['seconds']:.0f} s; its output: {records / name}.log)")
+    statuses = run_sections([n for n in chosen if n not in done],
+                            lambda name: section_command(name, work), records)
     failed = {name: code for name, code in statuses.items() if code}
     if failed:
         print("\nfailed sections (exit status): "
               + ", ".join(f"{name} ({code})" for name, code in failed.items()))
     if keep:
-        print(f"\nbench work folder (kept): {work}")
+        print(f"\nbench work folder (kept): {work}; each section's output in {records}")
     return 1 if failed else 0
 
 

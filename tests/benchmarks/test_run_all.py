@@ -66,3 +66,49 @@ def test_a_section_command_reinvokes_this_script_on_one_section_and_the_shared_f
     assert command[0] == sys.executable
     assert command[1].endswith("run_all.py")
     assert command[2:] == ["guards", "--work-dir", str(tmp_path), "--in-process"]
+
+
+def test_each_sections_output_and_end_are_kept_in_the_work_folder(tmp_path, capsys):
+    def command(name):
+        return [sys.executable, "-c",
+                f"print('measured {name}: 1.5x'); raise SystemExit({4 if name == 'b' else 0})"]
+
+    statuses = run_all.run_sections(["a", "b"], command, tmp_path / "sections")
+    assert statuses == {"a": 0, "b": 4}
+    assert "measured a: 1.5x" in capsys.readouterr().out  # still shown as it comes
+    assert (tmp_path / "sections" / "a.log").read_text() == "measured a: 1.5x\n"
+    record = json.loads((tmp_path / "sections" / "b.json").read_text())
+    assert record["status"] == 4 and record["seconds"] >= 0
+    assert record["started"] <= record["ended"]
+
+
+def test_resume_leaves_out_only_what_succeeded_on_the_same_code(tmp_path, monkeypatch,
+                                                                capsys):
+    (tmp_path / "cohort").mkdir()
+    (tmp_path / "cohort" / "ground_truth.json").write_text("{}")
+    ran = []
+
+    def command(name, work):
+        ran.append(name)
+        return [sys.executable, "-c", f"raise SystemExit({5 if name == 'guards' else 0})"]
+
+    monkeypatch.setattr(run_all, "section_command", command)
+    monkeypatch.setattr(run_all, "code_version", lambda: "c0ffee")
+    sections = ["guards", "augment", "labels"]
+    assert run_all._run(sections, tmp_path, keep=True, in_process=False) == 1
+    assert ran == sections
+    # One more success recorded on other code: it must run again.
+    record = json.loads((tmp_path / "sections" / "labels.json").read_text())
+    (tmp_path / "sections" / "labels.json").write_text(json.dumps({**record,
+                                                                   "commit": "0ther"}))
+    ran.clear()
+    capsys.readouterr()
+    assert run_all._run(sections, tmp_path, keep=True, in_process=False, resume=True) == 1
+    assert ran == ["guards", "labels"]
+    assert "(augment: left out, done " in capsys.readouterr().out
+    # Code that no commit vouches for: nothing is left out.
+    monkeypatch.setattr(run_all, "code_version", lambda: None)
+    ran.clear()
+    run_all._run(sections, tmp_path, keep=True, in_process=False, resume=True)
+    assert ran == sections
+    assert "every section runs" in capsys.readouterr().out
