@@ -53,8 +53,11 @@ test-calibration: install
 demo: install
 	$(VENV)/bin/mriprep demo $(DEMO_DIR) --run --check
 
+# Hours on 2 cores. To keep the run's work folder and continue it if stopped:
+# make bench BENCH_ARGS="--work-dir bench_out --resume"
+BENCH_ARGS ?=
 bench: install
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 # The documentation site (docs/ and the API pages from the docstrings) into site/, offline;
 # any warning (a broken link, a docstring that does not parse) fails the build.
