@@ -144,9 +144,11 @@ def run_sections(chosen: list[str], command, records: Path | None = None) -> dic
     """Run each of ``chosen`` as its own process, ``command(name)``, one after another.
 
     With ``records``, each section's output is also written to ``records/NAME.log`` and
-    how it ended to ``records/NAME.json`` (:func:`_record`). Returns every section's exit
-    status; a failed section does not stop the ones after it.
+    how it ended to ``records/NAME.json`` (:func:`_record`), with the code version as it
+    was when the run began: the outcome section rewrites the tracked ``docs/img/outcome.*``.
+    Returns every section's exit status; a failed section does not stop the ones after it.
     """
+    version = code_version() if records is not None else None
     statuses = {}
     for name in chosen:
         print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
@@ -167,7 +169,7 @@ def run_sections(chosen: list[str], command, records: Path | None = None) -> dic
         if records is not None:
             _record(records / f"{name}.json", {
                 "section": name, "status": statuses[name], "seconds": round(seconds, 1),
-                "started": started, "ended": _now(), "commit": code_version()})
+                "started": started, "ended": _now(), "commit": version})
     return statuses
 
 
