@@ -123,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}")
     if args.in_process and not args.work_dir:
         parser.error("--in-process needs --work-dir (the folder the parent run shares)")
-    if args.resume and not args.work_dir:
-        parser.error("--resume needs --work-dir (the folder of the run to continue)")
+    if args.resume and (not args.work_dir or args.in_process):
+        parser.error("--resume needs --work-dir (the folder of the run to continue), and "
+                     "no --in-process")
 
     if args.work_dir:
         return _run(chosen, Path(args.work_dir), keep=not args.in_process,
@@ -140,15 +141,15 @@ def section_command(name: str, work: Path) -> list[str]:
             "--in-process"]
 
 
-def run_sections(chosen: list[str], command, records: Path | None = None) -> dict[str, int]:
+def run_sections(chosen: list[str], command, records: Path | None = None,
+                 version: str | None = None) -> dict[str, int]:
     """Run each of ``chosen`` as its own process, ``command(name)``, one after another.
 
     With ``records``, each section's output is also written to ``records/NAME.log`` and
-    how it ended to ``records/NAME.json`` (:func:`_record`), with the code version as it
-    was when the run began: the outcome section rewrites the tracked ``docs/img/outcome.*``.
-    Returns every section's exit status; a failed section does not stop the ones after it.
+    how it ended to ``records/NAME.json`` (:func:`_record`), with ``version``, the code the
+    run began on (:func:`code_version`). Returns every section's exit status; a failed
+    section does not stop the ones after it.
     """
-    version = code_version() if records is not None else None
     statuses = {}
     for name in chosen:
         print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
@@ -157,6 +158,8 @@ def run_sections(chosen: list[str], command, records: Path | None = None) -> dic
         log = None
         if records is not None:
             records.mkdir(parents=True, exist_ok=True)
+            # An earlier success must not vouch for the output this run cuts short.
+            (records / f"{name}.json").unlink(missing_ok=True)
             log = open(records / f"{name}.log", "w", encoding="utf-8")
         try:
             statuses[name] = _run_teed(command(name), log)
@@ -175,21 +178,31 @@ def run_sections(chosen: list[str], command, records: Path | None = None) -> dic
 
 def _run_teed(command: list[str], log) -> int:
     """Run ``command``, its output (stdout and stderr) passed on to this process's stdout
-    as it comes, and copied into ``log`` when one is given; returns its exit status."""
+    as it comes, and copied into ``log`` when one is given; returns its exit status. If
+    this process is stopped meanwhile (Ctrl-C), the section is stopped with it."""
     if log is None:
         return subprocess.run(command).returncode
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    while chunk := process.stdout.read1(1 << 16):
-        text = decoder.decode(chunk)
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        log.write(text)
-        log.flush()
-    return process.wait()
+    try:
+        while True:
+            chunk = process.stdout.read1(1 << 16)
+            text = decoder.decode(chunk, final=not chunk)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            log.write(text)
+            log.flush()
+            if not chunk:
+                return process.wait()
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
 
 
 def _record(path: Path, record: dict) -> None:
+    """Write ``record`` as JSON in one step (a temporary file renamed): a run stopped
+    while writing leaves the old record or none, never half of one."""
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(json.dumps(record, indent=1))
     temporary.replace(path)
@@ -199,17 +212,24 @@ def _now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def code_version() -> str | None:
-    """The checkout's commit, or None where it cannot vouch for the code that ran: not a
-    git checkout, or tracked files changed since the commit. Untracked files do not count:
-    a work folder inside the checkout would otherwise void every record."""
-    root = Path(__file__).resolve().parents[1]
+# Tracked files a run itself rewrites (the README's picture and table, bench_outcome.py):
+# a change there says nothing about the code that measured.
+WRITTEN_BY_THE_BENCH = ("docs/img/outcome.png", "docs/img/outcome.json")
+
+
+def code_version(root: Path = Path(__file__).resolve().parents[1]) -> str | None:
+    """The commit of the checkout at ``root``, or None where it cannot vouch for the code
+    that ran: not a git checkout, or tracked files changed since the commit (other than
+    :data:`WRITTEN_BY_THE_BENCH`). Untracked files do not count: a work folder inside the
+    checkout would otherwise void every record."""
+    git = ["git", "-C", str(root)]
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                  "--untracked-files=no"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        changed = subprocess.run(
+            git + ["status", "--porcelain", "--untracked-files=no", "--", "."]
+            + [f":(exclude){path}" for path in WRITTEN_BY_THE_BENCH],
+            capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return None if changed else commit
@@ -251,7 +271,7 @@ def _run(chosen: list[str], work: Path, keep: bool, in_process: bool,
             print(f"({name}: left out, done {record['ended']} on {version[:10]} in "
                   f"{record['seconds']:.0f} s; its output: {records / name}.log)")
     statuses = run_sections([n for n in chosen if n not in done],
-                            lambda name: section_command(name, work), records)
+                            lambda name: section_command(name, work), records, version)
     failed = {name: code for name, code in statuses.items() if code}
     if failed:
         print("\nfailed sections (exit status): "

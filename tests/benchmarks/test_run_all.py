@@ -112,3 +112,28 @@ def test_resume_leaves_out_only_what_succeeded_on_the_same_code(tmp_path, monkey
     run_all._run(sections, tmp_path, keep=True, in_process=False, resume=True)
     assert ran == sections
     assert "every section runs" in capsys.readouterr().out
+
+
+def test_the_code_version_is_the_commit_until_tracked_code_changes(tmp_path,
+                                                                   tmp_path_factory):
+    import subprocess
+
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=bench@example.org",
+           "-c", "user.name=bench"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "docs" / "img").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "docs" / "img" / "outcome.json").write_text("{}")
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "first"], check=True)
+    commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert run_all.code_version(tmp_path) == commit
+    # What a run writes: its work folder (untracked) and the outcome section's table.
+    (tmp_path / "bench_out").mkdir()
+    (tmp_path / "bench_out" / "guards.log").write_text("measured\n")
+    (tmp_path / "docs" / "img" / "outcome.json").write_text('{"seconds": 1800}')
+    assert run_all.code_version(tmp_path) == commit
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert run_all.code_version(tmp_path) is None
+    assert run_all.code_version(tmp_path_factory.mktemp("not-a-checkout")) is None
