@@ -265,8 +265,9 @@ def _run(chosen: list[str], work: Path, keep: bool, in_process: bool,
     done = already_done(chosen, records, version) if resume else {}
     if resume:
         if version is None:
-            print("--resume: this checkout has changes since its commit (or is not a git "
-                  "checkout), so no earlier section can be vouched for: every section runs")
+            print("--resume: this checkout has changes to tracked files since its commit "
+                  "(or is not a git checkout), so no earlier section can be vouched for: "
+                  "every section runs (commit or stash the changes to resume)")
         for name, record in done.items():
             print(f"({name}: left out, done {record['ended']} on {version[:10]} in "
                   f"{record['seconds']:.0f} s; its output: {records / name}.log)")
