@@ -37,7 +37,6 @@ Run: ``python benchmarks/bench_identity.py [--work-dir DIR] [--people N]``.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -149,13 +148,12 @@ def build_set(work: Path, people: int, workers: int = 2) -> dict:
         scans = list(pool.map(_write_one, jobs))
     print(f"{len(scans)} scans written in {time.perf_counter() - start:.0f} s", flush=True)
     rng = np.random.default_rng(1)
-    manifest = work / "cohort.csv"
-    with open(manifest, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["subject_id", "image", "split"])
-        for scan in scans:
-            scan["split"] = str(rng.choice(["train", "train", "val", "test"]))
-            writer.writerow([scan["name"], scan["image"], scan["split"]])
+    from mriprep.inputs.manifest import ManifestRow, write_manifest
+
+    for scan in scans:
+        scan["split"] = str(rng.choice(["train", "train", "val", "test"]))
+    manifest = write_manifest([ManifestRow(0, s["name"], "", Path(s["image"]), split=s["split"])
+                               for s in scans], work / "cohort.csv")
     from mriprep.pipelines import load_pipeline
     from mriprep.run.cohort import cohort_rows, run_cohort
 

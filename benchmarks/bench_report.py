@@ -260,19 +260,20 @@ def _clean_cohorts(folder: Path) -> tuple[Path, dict[str, str]]:
                                           real_head)
     from mriprep.demo.population import population_cases
     from mriprep.demo.real_scans import real_scan
+    from mriprep.inputs.manifest import ManifestRow, write_manifest
 
     cases = [("calibration", c) for c in calibration_cases(
         people=4, real=False, failures=False, acquisitions=CALIBRATION_ACQUISITIONS)]
     cases += [("population", c) for c in population_cases(people=2, real=False)
               if c.name in POPULATION_VARIATIONS]
-    rows, cohorts = ["subject_id,image,label,split,session_id"], {}
+    rows, cohorts = [], {}
     for name in REAL_HEADS:
         path = real_scan(name)
         if path is None:
             print(f"   real head {name} is not installed: left out")
             continue
         sid = f"rea-{name}-stored"
-        rows.append(f"{sid},{path},,train,")
+        rows.append(ManifestRow(0, sid, "", Path(path), split="train"))
         cohorts[sid] = "real"
         for index, acq in enumerate(CALIBRATION_ACQUISITIONS[1:]):
             cases.append(("real", Case(f"{name}/{acq}", "good", name, acq, functools.partial(
@@ -284,15 +285,13 @@ def _clean_cohorts(folder: Path) -> tuple[Path, dict[str, str]]:
         sid = f"{cohort[:3]}-{case.name.replace('/', '-').replace('_', '-').replace('.', 'p')}"
         image = folder / f"{sid}.nii.gz"
         nib.save(nib.Nifti1Image(scan.data, scan.affine), image)
-        label = ""
+        label = None
         if scan.labels is not None:
-            label = str(folder / f"{sid}_dseg.nii.gz")
+            label = folder / f"{sid}_dseg.nii.gz"
             nib.save(nib.Nifti1Image(scan.labels.astype(np.int16), scan.affine), label)
-        rows.append(f"{sid},{image},{label},train,")
+        rows.append(ManifestRow(0, sid, "", image, label, "train"))
         cohorts[sid] = cohort
-    manifest = folder / "clean.csv"
-    manifest.write_text("\n".join(rows) + "\n")
-    return manifest, cohorts
+    return write_manifest(rows, folder / "clean.csv"), cohorts
 
 
 def _largest_differences(values: dict[str, dict[str, float]],
@@ -343,6 +342,12 @@ def minimum_effects(cache_root: Path, cohort: Path, work: Path, workers: int) ->
           f"preprocessed in {time.perf_counter() - start:.0f} s"
           + (f"; refused, so not measured: {', '.join(failed)}" if failed else ""))
     clean = gather(clean_root, make_missing=False)
+    measured = {cohorts.get(s.subject_id) for s in clean.subjects if s.status == "cached"}
+    unmeasured = sorted(set(cohorts.values()) - measured)
+    if unmeasured:
+        raise SystemExit(f"minimum effects: not one clean scan of the {', '.join(unmeasured)} "
+                         "cohort was cached, so there is nothing to measure there; the "
+                         "refusals and their stages are listed above")
     declared = {**clean.declared, **declared}
     for s in clean.subjects:
         if s.status == "cached" and s.qc is not None:

@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                      "no --in-process")
 
     if args.work_dir:
-        return _run(chosen, Path(args.work_dir), keep=not args.in_process,
+        # Absolute, so that every path a section writes into a manifest or prints names
+        # the same file whichever folder a reader starts from.
+        return _run(chosen, Path(args.work_dir).absolute(), keep=not args.in_process,
                     in_process=args.in_process, resume=args.resume)
     # Without --work-dir everything goes: one run writes about 6 GB of caches.
     with tempfile.TemporaryDirectory(prefix="mriprep-bench-") as scratch:

@@ -22,7 +22,6 @@ sets beside the reported lift.
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mriprep.inputs.manifest import ManifestRow, write_manifest
 from mriprep.training import CrossEntropyLoss, DiceLoss, MRIDataset, make_dataloader
 from mriprep.training.labels.slices import as_view
 from mriprep.training.labels.weights import WeightOptions
@@ -60,11 +60,8 @@ def cache_cohort(cohort: Cohort, copy: str, work: Path, pipeline: str = PIPELINE
 
 
 def _write_manifest(path: Path, subjects) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["subject_id", "image", "label", "split", "session_id"])
-        for s in subjects:
-            writer.writerow([s.subject_id, s.image, s.label, s.split, ""])
+    write_manifest([ManifestRow(0, s.subject_id, "", Path(s.image), Path(s.label), s.split)
+                    for s in subjects], path)
 
 
 def check(cache: Path, labels: bool = True) -> tuple[int, list[dict]]:

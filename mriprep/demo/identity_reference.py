@@ -23,7 +23,6 @@ checks that the shipped file is the one recorded (its SHA-256) and fits this rec
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import tempfile
 from pathlib import Path
@@ -70,6 +69,7 @@ def build_reference(work: Path, people: int = REFERENCE_PEOPLE, workers: int = 2
 
     from mriprep.cache import Cache
     from mriprep.check.tensors import scan_tensor_file
+    from mriprep.inputs.manifest import ManifestRow, write_manifest
     from mriprep.pipelines import load_pipeline
     from mriprep.run.cohort import cohort_rows, run_cohort
     from mriprep.run.worker_setup import configure_worker
@@ -80,11 +80,8 @@ def build_reference(work: Path, people: int = REFERENCE_PEOPLE, workers: int = 2
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=configure_worker) as pool:
         paths = list(pool.map(_scan_one, [(str(images), i) for i in range(people)]))
-    manifest = work / "reference.csv"
-    with open(manifest, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["subject_id", "image", "split"])
-        writer.writerows([f"ref-{i:02d}", p, "train"] for i, p in enumerate(paths))
+    manifest = write_manifest([ManifestRow(0, f"ref-{i:02d}", "", Path(p), split="train")
+                               for i, p in enumerate(paths)], work / "reference.csv")
     pipeline = load_pipeline(REFERENCE_PIPELINE)
     run_cohort(cohort_rows(manifest), work / "cache", pipeline, scheduler="processes",
                workers=workers, report=False)

@@ -61,6 +61,15 @@ def test_the_run_fails_if_any_section_failed_and_shares_one_work_folder(tmp_path
     assert run_all._run(["augment"], tmp_path, keep=False, in_process=False) == 0
 
 
+def test_a_relative_work_folder_is_handed_to_the_sections_as_an_absolute_one(tmp_path,
+                                                                           monkeypatch):
+    given = []
+    monkeypatch.setattr(run_all, "_run", lambda chosen, work, **_: given.append(work) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert run_all.main(["guards", "--work-dir", "bench_out"]) == 0
+    assert given == [tmp_path / "bench_out"]
+
+
 def test_a_section_command_reinvokes_this_script_on_one_section_and_the_shared_folder(tmp_path):
     command = run_all.section_command("guards", tmp_path)
     assert command[0] == sys.executable
