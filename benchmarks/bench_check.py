@@ -4,10 +4,12 @@ Two measurements (nothing is asserted; the numbers are printed and returned):
 
 1. Tensor throughput on a warm cache of template-sized volumes (197x233x189 float32
    image, bool mask, int16 labels: 61 MB per entry). The cache is read once to warm the
-   page cache, then timed three ways: a bare ``readinto`` loop over every file (the
-   ceiling: what the disk/page cache delivers), ``checksum_file`` alone, and the full
-   ``check_cache`` (checksum, finiteness, range, fingerprints, label counts, valid counts)
-   with 1 thread and with the default thread count.
+   page cache, then timed in 5 interleaved rounds (median and range): a bare
+   ``readinto`` loop over every file (what the page cache delivers to one reader),
+   ``checksum_file`` alone, and the full ``check_cache`` (checksum, finiteness, range,
+   fingerprints, label counts, valid counts, and the cast checks for the float16 that
+   training casts to) with 1 thread, with 1 thread and ``dtype="float32"`` (no cast
+   check: the paired ratio is the cast checks' cost), and with the default thread count.
 2. Scaling of the index checks with 1k, 3k and 10k small entries: ``check_index`` on
    synthetic index entries and fingerprints (pipeline, split leaks, identical inputs and
    tensors, identity search with planted rescans), with the exact all-pairs
@@ -114,34 +116,44 @@ def _bare_read(files: list[Path]) -> int:
     return total
 
 
-def measure_throughput(cache_dir: Path, workers: int | None = None) -> list[dict]:
+def measure_throughput(cache_dir: Path, workers: int | None = None,
+                       rounds: int = 5) -> list[dict]:
+    """Every case once per round, the cases in turn, ``rounds`` rounds after one warm
+    read: per case the median round and the range. The cast checks' cost is the paired
+    per-round ratio of the default check (float16 casts judged) to ``dtype="float32"``
+    (no cast check), on one thread."""
     files = _tensor_files(cache_dir)
     total = _bare_read(files)  # warm the page cache
-    rows = []
-
-    def timed(case: str, func) -> None:
-        start = time.perf_counter()
-        func()
-        seconds = time.perf_counter() - start
-        rows.append(
-            {
-                "bench": "check-throughput",
-                "case": case,
-                "files": len(files),
-                "mb": round(total / 1e6, 1),
-                "seconds": round(seconds, 3),
-                "mb_per_s": round(total / 1e6 / seconds, 1),
-            }
-        )
-
-    timed("bare readinto (ceiling)", lambda: _bare_read(files))
-    timed("checksum_file only", lambda: [checksum_file(p) for p in files])
-    timed("check_cache, 1 thread", lambda: _require_ok(chk.check_cache(cache_dir, workers=1)))
     default = workers or min(4, os.cpu_count() or 1)
-    timed(
-        f"check_cache, {default} threads",
-        lambda: _require_ok(chk.check_cache(cache_dir, workers=default)),
-    )
+    cases = {
+        "bare readinto (the read alone)": lambda: _bare_read(files),
+        "checksum_file only": lambda: [checksum_file(p) for p in files],
+        "check_cache, 1 thread": lambda: _require_ok(chk.check_cache(cache_dir, workers=1)),
+        "check_cache, 1 thread, dtype float32 (no cast check)": lambda: _require_ok(
+            chk.check_cache(cache_dir, workers=1, dtype="float32")),
+        f"check_cache, {default} threads": lambda: _require_ok(
+            chk.check_cache(cache_dir, workers=default)),
+    }
+    seconds: dict[str, list[float]] = {case: [] for case in cases}
+    for _ in range(rounds):
+        for case, func in cases.items():
+            start = time.perf_counter()
+            func()
+            seconds[case].append(time.perf_counter() - start)
+    rows = []
+    for case, taken in seconds.items():
+        rows.append({
+            "bench": "check-throughput", "case": case, "files": len(files),
+            "mb": round(total / 1e6, 1), "rounds": rounds,
+            "seconds": round(float(np.median(taken)), 3),
+            "seconds_range": f"{min(taken):.3f}-{max(taken):.3f}",
+            "mb_per_s": round(total / 1e6 / float(np.median(taken)), 1),
+        })
+    cast = np.array(seconds["check_cache, 1 thread"]) / np.array(
+        seconds["check_cache, 1 thread, dtype float32 (no cast check)"])
+    rows.append({"bench": "check-cast-cost", "files": len(files), "rounds": rounds,
+                 "with_over_without": round(float(np.median(cast)), 3),
+                 "range": f"{cast.min():.3f}-{cast.max():.3f}"})
     return rows
 
 

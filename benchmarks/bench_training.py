@@ -20,6 +20,7 @@ Without ``--cache`` it builds a cache of 6 template-sized volumes with tissue la
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -54,7 +55,8 @@ def main(argv=None) -> int:
         step = TrainingStep(options, label_values(dataset))
         loader = make_dataloader(dataset, batch_size=options.batch_size,
                                  num_workers=options.workers, seed=0, drop_last=True)
-        batches = iter(_forever(loader))
+        epochs = itertools.count()
+        batches = iter(_forever(loader, step, epochs))
         held = next(batches)
         for _ in range(3):  # warm-up: kernels, allocator, page cache
             step(next(batches))
@@ -66,6 +68,9 @@ def main(argv=None) -> int:
                 step(next(batches))
                 real.append(time.perf_counter() - start)
             for _ in range(args.steps):
+                # The held batch comes back every step: a new epoch each time, as a real
+                # run's samples would get new draws, not the same draw with a warning.
+                _new_epoch(step, epochs)
                 start = time.perf_counter()
                 step(held)
                 dummy.append(time.perf_counter() - start)
@@ -86,9 +91,15 @@ def main(argv=None) -> int:
     return 0
 
 
-def _forever(loader):
+def _forever(loader, step, epochs):
     while True:
+        _new_epoch(step, epochs)
         yield from loader
+
+
+def _new_epoch(step, epochs) -> None:
+    if step.augment is not None:
+        step.augment.set_epoch(next(epochs))
 
 
 def _loader_rate(batches, batch_size: int, count: int) -> float:
