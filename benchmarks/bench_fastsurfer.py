@@ -20,6 +20,8 @@ one run (issue 44):
    (batch 16) and the steady rate, against h5py reading the exported file item by item
    in the same shuffled order, and against FastSurfer's way (``MultiScaleDataset`` loads
    the file into memory first: the load, then items from memory).
+3. **Data on disk per subject**, from the files the run left: the cache entry, the classes
+   and view-ordered arrays mriprep derives, and the HDF5 files of both sides.
 
 The people are synthetic (:mod:`mriprep.demo.freesurfer_subjects`: every class of the DKT
 table, FreeSurfer's "unknown" medial wall). Nothing asserts a time: read the ratios.
@@ -302,7 +304,27 @@ def main(argv=None) -> int:
               f"{args.subjects} subjects")
     ours = _export_section(work, cache, subjects, args.subjects)
     _loader_section(cache, ours["coronal"], "coronal", args.batches)
+    _sizes_section(cache, work, args.subjects)
     return 0
+
+
+def _sizes_section(cache: Path, work: Path, n: int) -> None:
+    """What each side keeps on disk per subject, from the files this run left."""
+    def megabytes(paths) -> float:
+        return sum(p.stat().st_size for p in paths if p.is_file()) / 1e6 / n
+
+    derived = {folder.name.split("-")[0]: megabytes(folder.rglob("*"))
+               for folder in sorted((cache / "derived").iterdir()) if folder.is_dir()}
+    print("data on disk per subject (MB, the files this run left):")
+    entries = megabytes((cache / "entries").rglob("*"))
+    print(f"  mriprep cache entry (conform_1mm)        {entries:7.1f}")
+    print(f"  mriprep classes of three views (derived) {derived.get('labels', 0.0):7.1f}")
+    print(f"  mriprep image and mask in view order     {derived.get('views', 0.0):7.1f} "
+          "(the views the Dataset read: coronal)")
+    for who in ("mriprep", "fastsurfer"):
+        files = [work / f"{who}_{v}.hdf5" for v in VIEWS]
+        if all(f.exists() for f in files):
+            print(f"  {who + ' HDF5, three views':<40} {megabytes(files):7.1f}")
 
 
 if __name__ == "__main__":
