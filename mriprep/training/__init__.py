@@ -35,8 +35,9 @@ way; ``make bench`` (storage) measures what that costs against the ``.npy``.
 The read path decides the speed: a copy into fresh memory (a new tensor, or the
 shared-memory tensor a process worker must send) pays a page fault for every 4 KiB page
 and runs several times slower than a copy into a *reused* buffer, from the memory map or
-with ``readinto`` (the two equal, so the memory map stays). Measured:
-``benchmarks/bench_loader.py``; docs/benchmarks.md, "Reading for training".
+with ``readinto`` (within about a tenth of each other, so the memory map, which reads only
+what a patch or slice touches, stays). Measured: ``benchmarks/bench_loader.py``;
+docs/benchmarks.md, "Reading for training".
 
 So the default backend, ``"threads"``, reads whole batches from a small pool of threads
 (the copies release the GIL) into reused buffers: on a CUDA machine, buffers from torch's
