@@ -10,13 +10,14 @@ Two measurements (nothing is asserted; the numbers are printed and returned):
    fingerprints, label counts, valid counts, and the cast checks for the float16 that
    training casts to) with 1 thread, with 1 thread and ``dtype="float32"`` (no cast
    check: the paired ratio is the cast checks' cost), and with the default thread count.
-2. Scaling of the index checks with 1k, 3k and 10k small entries: ``check_index`` on
+2. Scaling of the index checks with 1k, 3k, 10k and 30k small entries (up to
+   ``EXACT_SEARCH_MAX``, below which ``auto`` compares every pair): ``check_index`` on
    synthetic index entries and fingerprints (pipeline, split leaks, identical inputs and
    tensors, identity search with planted rescans), with the exact all-pairs
    search and the LSH search side by side, and optionally the full ``check_cache`` over
    real caches of small (16^3) entries.
 
-Run: ``python benchmarks/bench_check.py [--cache DIR] [--entries N] [--sizes 1000,3000,10000]
+Run: ``python benchmarks/bench_check.py [--cache DIR] [--entries N] [--sizes 1000,3000,10000,30000]
 [--full-sizes 1000,3000]``.
 """
 
@@ -216,7 +217,8 @@ def synthetic_index(n: int, duplicates: int = 10, seed: int = 0) -> tuple[dict, 
     return index, fingerprints, planted
 
 
-def measure_index_scaling(sizes=(1000, 3000, 10000), methods=("exact", "lsh")) -> list[dict]:
+def measure_index_scaling(sizes=(1000, 3000, 10000, 30000),
+                          methods=("exact", "lsh")) -> list[dict]:
     rows = []
     for n in sizes:
         index, fingerprints, planted = synthetic_index(n)
@@ -328,7 +330,7 @@ def measure_full_small(sizes=(1000, 3000)) -> list[dict]:
 def run(
     cache_dir: str | os.PathLike | None = None,
     entries: int = 8,
-    sizes=(1000, 3000, 10000),
+    sizes=(1000, 3000, 10000, 30000),
     full_sizes=(),
 ) -> list[dict]:
     """Run the measurements and return one dict per measured case.
@@ -359,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizes",
         type=_sizes,
-        default=(1000, 3000, 10000),
+        default=(1000, 3000, 10000, 30000),
         help="index sizes for the scaling measurement",
     )
     parser.add_argument(

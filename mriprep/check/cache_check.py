@@ -49,12 +49,12 @@ tensor pass (:mod:`mriprep.splits.identity`: 32^3 block means of each image, the
 of the brain's core robustly standardised, centred and scaled on a fixed reference
 population (:mod:`mriprep.splits.reference`) and compared by correlation, so that a
 pair's score does not depend on the rest of the cache; every pair up to
-:data:`~mriprep.splits.EXACT_SEARCH_MAX` entries, LSH above, so that 10,000 entries are
-not 50 million comparisons). In two splits a match is an ``identity-leak`` error from
-:data:`~mriprep.splits.IDENTITY_ERROR`, a ``possible-identity-leak`` warning below it; in
-one split a ``near-duplicate`` warning; the ids that matches join are one person, and one
-finding names them all (the pairs in its ``details``). Off the reference grid (t1w_mni_rigid's MNI152
-1 mm) fingerprints are centred on their own cohort (:mod:`mriprep.check.identity`).
+:data:`~mriprep.splits.EXACT_SEARCH_MAX` entries, LSH above). In two splits a match is an
+``identity-leak`` error from :data:`~mriprep.splits.IDENTITY_ERROR`, a
+``possible-identity-leak`` warning below it; in one split a ``near-duplicate`` warning;
+the ids that matches join are one person, and one finding names them all (the pairs in
+its ``details``). Off the reference grid (t1w_mni_rigid's MNI152 1 mm) fingerprints are
+centred on their own cohort (:mod:`mriprep.check.identity`).
 Identity is promised on registered pipelines only: without registration two scans of one
 person are not on one grid, and the check's summary says that only identical
 acquisitions are found.

@@ -27,7 +27,8 @@ small cohort was its average, and their rescans were missed: issue 30). Images o
 another grid can only be centred on their own cohort (``centre="cohort"``). It returns
 the pairs whose correlation reaches a threshold: every pair up to
 :data:`~mriprep.splits.near_duplicates.EXACT_SEARCH_MAX` entries, random-hyperplane LSH
-above (on a random sketch of the descriptors), so that 10,000 entries cost seconds.
+above (on a random sketch of the descriptors); 10,000 entries take seconds either way
+(docs/benchmarks.md, row 37).
 :func:`shared_deviation` says when a cache is too uniform for correlations to tell
 people apart.
 

@@ -6,9 +6,9 @@ image (e.g. its 8x8x8 block means), centres them on the cohort
 (:func:`normalise_fingerprints`) and returns every pair whose correlation reaches the
 threshold (:data:`NEAR_DUPLICATE_THRESHOLD` by default), each with its exact correlation:
 nothing below the threshold is ever reported. Up to :data:`EXACT_SEARCH_MAX` images every
-pair is compared; above, random-hyperplane LSH keeps the cost near n^1.2 and misses a pair
-at the threshold with a probability the caller bounds. The same input and seed always
-give the same pairs.
+pair is compared, by blocked matrix products; above, random-hyperplane LSH compares only
+the pairs whose hashes collide, and misses a pair at the threshold with a probability the
+caller bounds. The same input and seed always give the same pairs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ import numpy as np
 # 0.95 on 8x8x8 block means, which told neither rescans nor different people apart, then
 # 0.5, which named 0.21% of the pairs of different people among 49 (see there).
 NEAR_DUPLICATE_THRESHOLD = 0.6
-EXACT_SEARCH_MAX = 4096
+# At the thresholds the checks use (0.6 to 0.7) the hashing needs so many bands that LSH
+# grows nearly as n^2 itself, and every pair by matrix products was the faster at every
+# size `make bench` check measures (docs/benchmarks.md, row 37); past the largest, LSH is
+# the fallback, its speed there unmeasured.
+EXACT_SEARCH_MAX = 32768
 
 
 def normalise_fingerprints(
@@ -75,14 +79,13 @@ def find_near_duplicates(
     threshold : float
         Correlation from which a pair is reported, in (0, 1).
     method : {"auto", "exact", "lsh"}
-        ``exact`` compares every pair by a blocked matrix product: O(n^2 d), exact, and
-        fast while n is a few thousand. ``lsh`` hashes the rows with random hyperplanes
-        (SimHash) in bands and only looks at rows sharing a bucket in some band; the
+        ``exact`` compares every pair by a blocked matrix product: O(n^2 d) and exact.
+        ``lsh`` hashes the rows with random hyperplanes (SimHash) in bands and only
+        looks at rows sharing a bucket in some band; the
         candidates are filtered by the Hamming distance of their full signatures, then
         their correlation is computed exactly, so nothing below the threshold is ever
         reported, and a pair at the threshold is missed with probability below
-        ``miss_probability``. Its cost grows about as n^1.2. ``auto`` is exact up to
-        :data:`EXACT_SEARCH_MAX` rows.
+        ``miss_probability``. ``auto`` is exact up to :data:`EXACT_SEARCH_MAX` rows.
     seed : int
         Seed of the random hyperplanes: the same input gives the same answer.
     miss_probability : float
