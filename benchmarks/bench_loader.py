@@ -16,9 +16,9 @@ read by ``ThreadDataLoader(num_workers=0)``. "x MONAI" is against the fastest of
 
 The ceiling is what any loader could reach: one copy of the same cache files from the page
 cache into reused buffers by 2 threads, no allocation and no decoding, made two ways, by
-``readinto`` and from a memory map (the way mriprep reads a ``.npy``); the faster of the two
-is the ceiling, as a loader that copies from a memory map may beat ``readinto``. This
-measures; it never asserts a time.
+``readinto`` and from a memory map (the way mriprep reads a ``.npy``), each thread taking
+whole volumes in turn; the faster of the two is the ceiling. This measures; it never
+asserts a time.
 
     python benchmarks/bench_loader.py [--cache CACHE --split train] [--labels]
 """
