@@ -101,9 +101,8 @@ def check_identity(
         if group_info.get("entries", 0) >= info.get("entries", 0):
             info.update(group_info, centre="reference" if on_reference else "cohort")
         subjects = np.array([e.subject_id for e in entries])
-        distinct = subjects[:, None] != subjects[None, :]
-        if on_reference and distinct.any():
-            shared = shared_deviation(matrix, distinct, centre)
+        if on_reference and len(set(subjects.tolist())) > 1:
+            shared = shared_deviation(matrix, subjects, centre)
             if shared >= UNIFORM_DEVIATION:
                 findings.append(_too_uniform(entries, shared))
     if not searched:

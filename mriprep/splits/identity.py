@@ -205,24 +205,37 @@ def _standardiser(centre: str | Reference):
                      "mriprep.splits.reference.Reference")
 
 
-def shared_deviation(descriptors: np.ndarray, distinct: np.ndarray | None = None,
+def shared_deviation(descriptors: np.ndarray, groups: np.ndarray | None = None,
                      centre: str | Reference = "reference") -> float:
     """The mean correlation of the rows' deviations from the average person, over the
-    pairs ``distinct`` marks (a boolean n x n matrix, e.g. pairs of two subject ids;
-    every pair by default).
+    pairs of rows in different ``groups`` (one label per row, e.g. its subject id: two
+    scans of one subject are not compared; every pair by default).
 
     Different people deviate each their own way: about 0 (measured in
     ``benchmarks/bench_identity.py``). A cache whose images all deviate alike, one
     person under most of its ids, or images that all differ from the reference
     population the same way (another contrast, scanner or population), is too uniform
     for a correlation to tell people apart: :data:`UNIFORM_DEVIATION` says from where.
+
+    The sum over pairs comes from the rows' sums, not from an n x n matrix, so that a
+    cache of tens of thousands of entries takes memory in proportion to its rows: over
+    the pairs of different groups, the dot products sum to half of |sum of all rows|^2
+    minus the sum over groups of |sum of the group's rows|^2.
     """
     vectors, usable = normalise_fingerprints(descriptors, _standardiser(centre))
-    corr = vectors.astype(np.float64) @ vectors.T.astype(np.float64)
-    pairs = np.triu(np.ones(corr.shape, dtype=bool), 1) & usable[:, None] & usable[None, :]
-    if distinct is not None:
-        pairs &= np.asarray(distinct, dtype=bool)
-    return float(corr[pairs].mean()) if pairs.any() else 0.0
+    rows = vectors[usable].astype(np.float64)
+    labels = np.arange(len(vectors)) if groups is None else np.asarray(groups)
+    _, group_of = np.unique(labels[usable], return_inverse=True)
+    sizes = np.bincount(group_of).astype(np.float64)
+    pairs = (len(rows) ** 2 - float(sizes @ sizes)) / 2
+    if pairs <= 0:
+        return 0.0
+    order = np.argsort(group_of, kind="stable")
+    starts = np.r_[0, np.cumsum(sizes[:-1])].astype(np.intp)
+    group_sums = np.add.reduceat(rows[order], starts, axis=0)
+    total = rows.sum(axis=0)
+    across = (total @ total - float(np.einsum("ij,ij->", group_sums, group_sums))) / 2
+    return float(across / pairs)
 
 
 def _sketch(vectors: np.ndarray, seed: int) -> np.ndarray:

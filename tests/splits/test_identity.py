@@ -494,3 +494,26 @@ def test_a_person_joined_across_splits_only_by_weak_matches_is_a_possible_leak()
     assert IDENTITY_WARNING <= by_pair[frozenset(("sub-a", "sub-c"))] < IDENTITY_ERROR
     assert finding.code == "possible-identity-leak" and finding.severity == "warning"
     assert "(val)" in finding.message and "(train)" in finding.message
+
+
+def test_shared_deviation_is_the_mean_correlation_over_pairs_of_different_groups():
+    from mriprep.splits.identity import shared_deviation
+    from mriprep.splits.near_duplicates import normalise_fingerprints
+
+    rng = np.random.default_rng(5)
+    person = rng.standard_normal(40)
+    rows = rng.standard_normal((9, 40)) + 0.8 * person  # alike: a shared deviation
+    # The mean of the others, so the cohort's average: no identity, left out
+    rows[4] = rows[np.arange(9) != 4].mean(axis=0)
+    groups = np.array(["a", "a", "b", "c", "c", "c", "d", "e", "e"])
+    vectors, usable = normalise_fingerprints(rows)
+    corr = vectors.astype(np.float64) @ vectors.T.astype(np.float64)
+    pairs = (np.triu(np.ones((9, 9), bool), 1) & usable[:, None] & usable[None, :]
+             & (groups[:, None] != groups[None, :]))
+    assert not usable[4] and pairs.sum() > 10
+    assert shared_deviation(rows, groups, centre="cohort") == pytest.approx(
+        corr[pairs].mean(), abs=1e-9)
+    every = np.triu(np.ones((9, 9), bool), 1) & usable[:, None] & usable[None, :]
+    assert shared_deviation(rows, centre="cohort") == pytest.approx(corr[every].mean(),
+                                                                    abs=1e-9)
+    assert shared_deviation(rows, np.zeros(9), centre="cohort") == 0.0  # one group: no pair
