@@ -24,10 +24,10 @@ import numpy as np
 # 0.5, which named 0.21% of the pairs of different people among 49 (see there).
 NEAR_DUPLICATE_THRESHOLD = 0.6
 # At the thresholds the checks use (0.6 to 0.7) the hashing needs so many bands that LSH
-# grows nearly as n^2 itself, and every pair by matrix products was the faster at every
-# size `make bench` check measures (docs/benchmarks.md, row 37); past the largest, LSH is
-# the fallback, its speed there unmeasured.
-EXACT_SEARCH_MAX = 32768
+# grows nearly as n^2 itself: on the identity search, every pair by matrix products was
+# the faster at every size measured, up to this one (docs/benchmarks.md, row 37). Past
+# it LSH is the fallback, its speed unmeasured and its projections large in memory.
+EXACT_SEARCH_MAX = 30_000
 
 
 def normalise_fingerprints(

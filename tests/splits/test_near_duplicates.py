@@ -62,3 +62,17 @@ def test_near_duplicate_arguments_are_validated():
         find_near_duplicates(
             np.random.default_rng(0).standard_normal((4, 8)), 0.9, method="fast"
         )
+
+
+def test_auto_compares_every_pair_up_to_the_exact_limit_and_hashes_above(monkeypatch):
+    from mriprep.splits import near_duplicates
+
+    rng = np.random.default_rng(3)
+    prints = rng.standard_normal((12, 64))
+    monkeypatch.setattr(near_duplicates, "EXACT_SEARCH_MAX", 12)
+    info: dict = {}
+    find_near_duplicates(prints, 0.9, info=info)
+    assert info["method"] == "exact"
+    monkeypatch.setattr(near_duplicates, "EXACT_SEARCH_MAX", 11)
+    find_near_duplicates(prints, 0.9, info=info)
+    assert info["method"] == "lsh"
