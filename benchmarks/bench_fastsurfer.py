@@ -304,18 +304,22 @@ def main(argv=None) -> int:
               f"{args.subjects} subjects")
     ours = _export_section(work, cache, subjects, args.subjects)
     _loader_section(cache, ours["coronal"], "coronal", args.batches)
-    _sizes_section(cache, work, args.subjects)
+    _sizes_section(cache, work)
     return 0
 
 
-def _sizes_section(cache: Path, work: Path, n: int) -> None:
+def _sizes_section(cache: Path, work: Path) -> None:
     """What each side keeps on disk per subject, from the files this run left."""
-    def megabytes(paths) -> float:
-        return sum(p.stat().st_size for p in paths if p.is_file()) / 1e6 / n
+    subjects = len(Cache(cache).entries())
 
-    derived = {folder.name.split("-")[0]: megabytes(folder.rglob("*"))
-               for folder in sorted((cache / "derived").iterdir()) if folder.is_dir()}
-    print("data on disk per subject (MB, the files this run left):")
+    def megabytes(paths) -> float:
+        return sum(p.stat().st_size for p in paths if p.is_file()) / 1e6 / subjects
+
+    derived: dict[str, float] = {}
+    for folder in sorted((cache / "derived").glob("*/")):
+        kind = folder.name.split("-")[0]  # labels-<hash>, views-v<n>
+        derived[kind] = derived.get(kind, 0.0) + megabytes(folder.rglob("*"))
+    print(f"data on disk per subject (MB, the files this run left, {subjects} subjects):")
     entries = megabytes((cache / "entries").rglob("*"))
     print(f"  mriprep cache entry (conform_1mm)        {entries:7.1f}")
     print(f"  mriprep classes of three views (derived) {derived.get('labels', 0.0):7.1f}")

@@ -348,8 +348,9 @@ def run(cache_dir: str | os.PathLike | None = None, *, split: str = "train",
             NiftiDataset(nifti), batch_size=batch_size, shuffle=True, num_workers=workers,
             persistent_workers=True), rounds=1)
         for copy in CEILING_COPIES:
-            contenders.append((f"ceiling: page cache -> reused buffer, {copy}", "volumes",
-                               f"{workers} threads, no allocation", None,
+            contenders.append((f"ceiling, {copy}", "volumes",
+                               f"{workers} threads, page cache -> reused buffers, whole "
+                               "volumes each, no allocation", None,
                                lambda copy=copy: measure_ceiling(files, epochs, workers, copy)))
 
         # Other work on a shared machine comes and goes: interleave the rounds, and report

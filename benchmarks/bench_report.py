@@ -313,8 +313,8 @@ def _largest_differences(values: dict[str, dict[str, float]],
     return out
 
 
-def minimum_effects(cache_root: Path, cohort: Path, work: Path, workers: int) -> None:
-    """Section 5 (see the module docstring)."""
+def minimum_effects(cache_root: Path, cohort: Path, work: Path, workers: int) -> bool:
+    """Section 5 (see the module docstring); False when a cohort had nothing to measure."""
     from mriprep.qc.measures import OWN
 
     truth = load_demo_cohort(cohort).truth["subjects"]
@@ -345,9 +345,10 @@ def minimum_effects(cache_root: Path, cohort: Path, work: Path, workers: int) ->
     measured = {cohorts.get(s.subject_id) for s in clean.subjects if s.status == "cached"}
     unmeasured = sorted(set(cohorts.values()) - measured)
     if unmeasured:
-        raise SystemExit(f"minimum effects: not one clean scan of the {', '.join(unmeasured)} "
-                         "cohort was cached, so there is nothing to measure there; the "
-                         "refusals and their stages are listed above")
+        print(f"   FAILED: not one clean scan of the {', '.join(unmeasured)} cohort was "
+              "cached, so there is nothing to measure there; the refusals and their stages "
+              "are listed above")
+        return False
     declared = {**clean.declared, **declared}
     for s in clean.subjects:
         if s.status == "cached" and s.qc is not None:
@@ -406,6 +407,7 @@ def minimum_effects(cache_root: Path, cohort: Path, work: Path, workers: int) ->
               f"(largest clean: {who.split(':', 1)[-1]}"
               + (f"; smallest defect: {hits[0][1]}" if hits else "") + ")")
     _flag_counts(values, members, medians_of, defects, declared)
+    return True
 
 
 def _flag_counts(values, members, medians_of, defects, declared) -> None:
@@ -454,10 +456,10 @@ def main(argv=None) -> int:
         assembly(cache_root, work)
     against_nilearn(cache_root, work)
     threshold(cache_root, Path(args.cohort))
-    minimum_effects(cache_root, Path(args.cohort), work, args.workers)
+    measured = minimum_effects(cache_root, Path(args.cohort), work, args.workers)
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return 0 if measured else 1
 
 
 if __name__ == "__main__":
