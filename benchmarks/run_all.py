@@ -144,18 +144,20 @@ def section_command(name: str, work: Path) -> list[str]:
 
 
 def run_sections(chosen: list[str], command, records: Path | None = None,
-                 version: str | None = None) -> dict[str, int]:
+                 version=lambda: None) -> dict[str, int]:
     """Run each of ``chosen`` as its own process, ``command(name)``, one after another.
 
     With ``records``, each section's output is also written to ``records/NAME.log`` and
-    how it ended to ``records/NAME.json`` (:func:`_record`), with ``version``, the code the
-    run began on (:func:`code_version`). Returns every section's exit status; a failed
-    section does not stop the ones after it.
+    how it ended to ``records/NAME.json`` (:func:`_record`), with ``version()``, the code
+    as the section starts (:func:`code_version`: a section imports the checkout as it is
+    then, so a commit made during a long run must not be credited to the start's).
+    Returns every section's exit status; a failed section does not stop the ones after it.
     """
     statuses = {}
     for name in chosen:
         print(f"\n=== {name} " + "=" * (70 - len(name)), flush=True)
         started = _now()
+        commit = version()
         start = time.perf_counter()
         log = None
         if records is not None:
@@ -174,7 +176,7 @@ def run_sections(chosen: list[str], command, records: Path | None = None,
         if records is not None:
             _record(records / f"{name}.json", {
                 "section": name, "status": statuses[name], "seconds": round(seconds, 1),
-                "started": started, "ended": _now(), "commit": version})
+                "started": started, "ended": _now(), "commit": commit})
     return statuses
 
 
@@ -274,7 +276,8 @@ def _run(chosen: list[str], work: Path, keep: bool, in_process: bool,
             print(f"({name}: left out, done {record['ended']} on {version[:10]} in "
                   f"{record['seconds']:.0f} s; its output: {records / name}.log)")
     statuses = run_sections([n for n in chosen if n not in done],
-                            lambda name: section_command(name, work), records, version)
+                            lambda name: section_command(name, work), records,
+                            lambda: code_version())
     failed = {name: code for name, code in statuses.items() if code}
     if failed:
         print("\nfailed sections (exit status): "

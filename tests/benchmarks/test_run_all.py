@@ -146,3 +146,14 @@ def test_the_code_version_is_the_commit_until_tracked_code_changes(tmp_path,
     (tmp_path / "code.py").write_text("x = 2\n")
     assert run_all.code_version(tmp_path) is None
     assert run_all.code_version(tmp_path_factory.mktemp("not-a-checkout")) is None
+
+
+def test_each_record_names_the_code_as_its_section_started(tmp_path):
+    versions = iter(["c0ffee", "beef01"])
+
+    def command(name):
+        return [sys.executable, "-c", "pass"]
+
+    run_all.run_sections(["a", "b"], command, tmp_path, version=lambda: next(versions))
+    assert json.loads((tmp_path / "a.json").read_text())["commit"] == "c0ffee"
+    assert json.loads((tmp_path / "b.json").read_text())["commit"] == "beef01"
