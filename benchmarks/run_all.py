@@ -276,8 +276,7 @@ def _run(chosen: list[str], work: Path, keep: bool, in_process: bool,
             print(f"({name}: left out, done {record['ended']} on {version[:10]} in "
                   f"{record['seconds']:.0f} s; its output: {records / name}.log)")
     statuses = run_sections([n for n in chosen if n not in done],
-                            lambda name: section_command(name, work), records,
-                            lambda: code_version())
+                            lambda name: section_command(name, work), records, code_version)
     failed = {name: code for name, code in statuses.items() if code}
     if failed:
         print("\nfailed sections (exit status): "

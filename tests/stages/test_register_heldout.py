@@ -43,8 +43,8 @@ CLASS_MAX_LIMIT_MM = 0.45
 # the scans' noise only (2026-12-07, 0.8.0, one thread; issue 43's closing note), and the
 # limit a change must stay within: the worse of two realisations, plus the most such a
 # figure moved between them (docs/benchmarks.md, rows 1 and 3, their 0.8.0 figures; the
-# make bench run of 0.8.1 gave 0.604 / 0.635 mm and moves of up to 0.085 mm). Missing slices' worst
-# scan, colin27/sag3_defects_defaced (3 mm sagittal, defaced, a 9 mm and a 3 mm gap):
+# make bench run of 0.8.1 gave 0.604 / 0.635 mm and moves of up to 0.085 mm). Missing
+# slices' worst scan, colin27/sag3_defects_defaced (3 mm sagittal, defaced, a 9 mm and a 3 mm gap):
 # 0.605 / 0.635 mm; started from the consistent pose, its fit converges 0.45 mm away (the
 # objective, not the optimiser); a class's worst scan moved up to 0.100 mm (lesions).
 # robex/ax3_defects: 0.139 / 0.218 mm mean, within the goal in the tested realisation only.
