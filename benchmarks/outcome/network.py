@@ -45,9 +45,13 @@ class SliceNet(nn.Module):
         self.up1 = nn.ConvTranspose2d(2 * width, width, 2, stride=2)
         self.dec1 = _block(2 * width, width)
         self.head = nn.Conv2d(width, classes, 1)
+        # Channels-last: the layout oneDNN's CPU convolutions (and CUDA's tensor cores)
+        # are fastest in; the same arithmetic in another memory order
+        # (docs/benchmarks.md, row 53).
+        self.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.guard(x)
+        x = self.guard(x).contiguous(memory_format=torch.channels_last)
         if self.stride > 1:
             x = F.avg_pool2d(x, self.stride)
         e1 = self.enc1(x)

@@ -72,6 +72,41 @@ def test_locator_names_a_nan_planted_in_the_batch_as_the_input():
             model(x)
 
 
+@pytest.mark.parametrize("layout", ["channels_last", "transposed", "overlapping"])
+def test_finite_check_reads_every_layout(layout):
+    """The check reduces a permuted tensor in memory order: the same verdict, NaN, +Inf
+    and -Inf found wherever they lie, and a layout it cannot view so falls back."""
+    from mriprep.training.guards import _all_finite, _in_memory_order
+
+    base = torch.randn(2, 3, 5, 7)
+    if layout == "channels_last":
+        t = base.contiguous(memory_format=torch.channels_last)
+    elif layout == "transposed":
+        t = base.transpose(1, 3)
+    else:  # a broadcast view: every element read more than once
+        t = torch.randn(1, 3, 1, 7).expand(2, 3, 5, 7)
+    view = _in_memory_order(t)
+    assert view.is_contiguous() or layout == "overlapping"
+    assert sorted(view.flatten().tolist()) == sorted(t.flatten().tolist())
+    assert bool(_all_finite(t))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        poisoned = t.clone(memory_format=torch.preserve_format)
+        poisoned[tuple(n - 1 for n in poisoned.shape)] = bad
+        assert not bool(_all_finite(poisoned)), (layout, bad)
+
+
+def test_locator_names_the_poisoned_layer_of_a_channels_last_network():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(7, 4, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(4, 3, 1)).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        model[2].weight[1, 2] = float("nan")
+    x = torch.randn(2, 7, 16, 16).contiguous(memory_format=torch.channels_last)
+    with pytest.raises(NonFiniteError, match="module '2' \\(forward pass\\)"):
+        with NonFiniteLocator(model):
+            model(x).sum().backward()
+
+
 class _Sqrt(nn.Module):
     def forward(self, x):
         return torch.sqrt(x)  # finite at 0, but its gradient there is infinite
