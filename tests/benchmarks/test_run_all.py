@@ -157,3 +157,96 @@ def test_each_record_names_the_code_as_its_section_started(tmp_path):
     run_all.run_sections(["a", "b"], command, tmp_path, version=lambda: next(versions))
     assert json.loads((tmp_path / "a.json").read_text())["commit"] == "c0ffee"
     assert json.loads((tmp_path / "b.json").read_text())["commit"] == "beef01"
+
+
+def _scratch_repo(root):
+    """A checkout laid out as this one: two sections, one importing a helper inside a
+    function, the driver, product code and docs. Returns ``commit(message) -> sha``."""
+    import subprocess
+
+    files = {
+        "benchmarks/__init__.py": "",
+        "benchmarks/helper.py": "X = 1\n",
+        "benchmarks/bench_a.py": "def main():\n    from benchmarks.helper import X\n",
+        "benchmarks/bench_b.py": "def main():\n    pass\n",
+        "benchmarks/run_all.py": ("def _sections():\n    return {'a': 1}\n\n\n"
+                                  "def _run():\n    pass\n"),
+        "mriprep/code.py": "y = 1\n",
+        "docs/page.md": "text\n",
+    }
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    git = ["git", "-C", str(root), "-c", "user.email=bench@example.org",
+           "-c", "user.name=bench"]
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+
+    def commit(message):
+        subprocess.run(git + ["add", "-A"], check=True)
+        subprocess.run(git + ["commit", "-qm", message], check=True)
+        return subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    return commit
+
+
+def test_a_section_is_unchanged_across_commits_that_touch_nothing_it_runs(tmp_path):
+    commit = _scratch_repo(tmp_path)
+    first = commit("first")
+    assert run_all.section_sources("a", tmp_path) == {"benchmarks/bench_a.py",
+                                                     "benchmarks/helper.py"}
+
+    def unchanged(old, new):
+        return {name: run_all.section_unchanged(name, old, new, tmp_path)
+                for name in ("a", "b")}
+
+    (tmp_path / "docs" / "page.md").write_text("more text\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("pass\n")
+    (tmp_path / "benchmarks" / "run_all.py").write_text(
+        "def _sections():\n    return {'a': 1}\n\n\ndef _run():\n    return 0\n")
+    docs_and_driver = commit("docs, tests, the driver's own code")
+    assert unchanged(first, docs_and_driver) == {"a": True, "b": True}
+
+    (tmp_path / "benchmarks" / "bench_b.py").write_text("def main():\n    return 1\n")
+    other_section = commit("b's own module")
+    assert unchanged(first, other_section) == {"a": True, "b": False}
+
+    (tmp_path / "benchmarks" / "helper.py").write_text("X = 2\n")
+    helper = commit("a helper that a imports")
+    assert unchanged(other_section, helper) == {"a": False, "b": True}
+
+    (tmp_path / "benchmarks" / "run_all.py").write_text(
+        "def _sections():\n    return {'a': 2}\n\n\ndef _run():\n    return 0\n")
+    definitions = commit("what the driver hands a section")
+    assert unchanged(helper, definitions) == {"a": False, "b": False}
+
+    (tmp_path / "mriprep" / "code.py").write_text("y = 2\n")
+    product = commit("product code")
+    assert unchanged(definitions, product) == {"a": False, "b": False}
+    assert unchanged("0" * 40, product) == {"a": False, "b": False}
+
+
+def test_resume_keeps_a_record_of_an_earlier_commit_only_where_nothing_it_runs_changed(
+        tmp_path, monkeypatch, capsys):
+    (tmp_path / "cohort").mkdir()
+    (tmp_path / "cohort" / "ground_truth.json").write_text("{}")
+    ran = []
+
+    def command(name, work):
+        ran.append(name)
+        return [sys.executable, "-c", "pass"]
+
+    monkeypatch.setattr(run_all, "section_command", command)
+    monkeypatch.setattr(run_all, "code_version", lambda: "0ld")
+    sections = ["guards", "augment"]
+    run_all._run(sections, tmp_path, keep=True, in_process=False)
+    monkeypatch.setattr(run_all, "code_version", lambda: "new")
+    monkeypatch.setattr(run_all, "section_unchanged",
+                        lambda name, old, new: (name, old, new) == ("augment", "0ld", "new"))
+    ran.clear()
+    capsys.readouterr()
+    run_all._run(sections, tmp_path, keep=True, in_process=False, resume=True)
+    assert ran == ["guards"]
+    out = capsys.readouterr().out
+    assert "(augment: left out, done " in out
+    assert "on 0ld, nothing it runs changed since to new" in out
