@@ -37,10 +37,13 @@ LOG = "demo_build.log"
 
 @dataclass(frozen=True)
 class DemoCache:
-    """The demo cohort preprocessed by the default pipeline: the cache folder and the run."""
+    """The demo cohort preprocessed by the default pipeline: the cache folder, the run,
+    and each of its files' checksum as the build left it (what every test that clones it
+    must leave unchanged: ``tests/check/test_check.py``)."""
 
     path: Path
     run: "RunResult"
+    checksums: dict[str, str]
 
 
 def demo_cohort_in(base: Path) -> "DemoCohort":
@@ -57,12 +60,13 @@ def demo_cache_in(base: Path) -> DemoCache:
     def build(folder: Path) -> DemoCache:
         from mriprep.pipelines import load_pipeline
         from mriprep.run.cohort import cohort_rows, run_cohort
+        from tests.cache_clone import file_checksums
 
         root = folder / "cache"
         run = run_cohort(refusals_first(cohort_rows(cohort.manifest), cohort.subjects), root,
                          load_pipeline("t1w_mni_rigid"), scheduler="processes", workers=2,
                          manifest=cohort.manifest)
-        return DemoCache(path=root, run=run)
+        return DemoCache(path=root, run=run, checksums=file_checksums(root))
 
     return built_once_in(base, "demo_cache", build)
 

@@ -199,3 +199,8 @@ def test_predict_takes_the_first_maximal_class_as_argmax_does():
         x = torch.from_numpy(np.stack([thick(image, k) for k in range(len(image))]))
         expected = full_size(model(x), x.shape[-2:]).argmax(1).numpy()
     assert np.array_equal(predict(model, volume), expected)
+    # Exact ties, classes 1 and 3 above the rest everywhere: the lower one wins.
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.copy_(torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0]))
+    assert (predict(model, volume) == 1).all()

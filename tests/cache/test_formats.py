@@ -117,7 +117,9 @@ def test_a_compressed_chunk_that_no_longer_decodes_is_unreadable(tmp_path, brain
     path.write_bytes(bytes(raw))
     report = check_cache(cache.root)
     codes = {f.code for f in report.findings if entry.key in f.keys}
-    assert "checksum-mismatch" in codes or "tensor-unreadable" in codes, report.findings
+    assert {"checksum-mismatch", "tensor-unreadable"} <= codes, report.findings
+    unreadable = [f for f in report.findings if f.code == "tensor-unreadable"]
+    assert all("image.b2nd" in f.message for f in unreadable), unreadable
     assert not report.ok
 
 

@@ -127,6 +127,12 @@ def test_planted_defects_are_where_the_truth_says(demo_cohort):
                 assert not slab.any()
             elif defect["kind"] in ("spike_slice", "dropout_slice"):
                 assert defect["axis"] == 2  # the scanner's slice axis
+                k = defect["index"]
+                planted = data[:, :, k].astype(float)
+                neighbours = (data[:, :, k - 1].astype(float) + data[:, :, k + 1]) / 2
+                lit = (neighbours > np.nanpercentile(neighbours, 75)) & np.isfinite(planted)
+                ratio = float(np.median(planted[lit] / neighbours[lit]))
+                assert ratio == pytest.approx(defect["factor"], rel=0.15), (name, defect)
             elif defect["kind"] == "dead_volume":
                 assert data.min() == data.max()
             elif defect["kind"] == "flipped_storage":

@@ -13,7 +13,7 @@ from mriprep.core.errors import InputError
 from mriprep.core.volume import Volume
 from mriprep.inputs.bids import manifest_from_bids
 from mriprep.inputs.labels import check_same_grid
-from mriprep.inputs.manifest import read_manifest
+from mriprep.inputs.manifest import read_manifest, validate_manifest, write_manifest
 from mriprep.inputs.readers import load_volume, read_header
 from mriprep.inputs.writing import save_label, save_volume
 from mriprep.splits import assign_splits
@@ -106,6 +106,9 @@ def test_a_broken_symlink_is_kept_so_validation_reports_it(bids, tmp_path):
     link.symlink_to(tmp_path / "annex" / "not-fetched")
     rows = manifest_from_bids(bids)
     assert rows[-1].subject_id == "sub-04" and rows[-1].image == link
+    problems = validate_manifest(write_manifest(rows, tmp_path / "cohort.csv"))
+    assert len(problems) == 1 and "sub-04_T1w.nii.gz" in problems[0], problems
+    assert "does not exist" in problems[0]
 
 
 def test_not_a_bids_folder(tmp_path):

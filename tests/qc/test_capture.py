@@ -68,7 +68,20 @@ def test_zero_slab_is_incomplete_and_nothing_else(demo_cohort):
 
 def test_spike_and_dropout_slices_are_artifacts(demo_cohort):
     capture, _ = _captured(demo_cohort, "sub-04")
-    assert set(np.unique(capture.layers[0].causes)) - {0} == {ARTIFACT}
+    layer = capture.layers[0]
+    assert set(np.unique(layer.causes)) - {0} == {ARTIFACT}
+    # Each planted slice, in file voxels, is an artifact in the layer.
+    img = nib.load(demo_cohort.image_path("sub-04"))
+    artifact = _world_of_layer(layer, ARTIFACT)
+    planted = [d for d in demo_cohort.subjects["sub-04"]["defects"]
+               if d["kind"] in ("spike_slice", "dropout_slice")]
+    assert len(planted) == 2
+    for defect in planted:
+        index = np.zeros(3, int)
+        index[defect["axis"]] = defect["index"]
+        world = img.affine[:3, :3] @ index + img.affine[:3, 3]
+        axis_world = np.argmax(np.abs(img.affine[:3, defect["axis"]]))
+        assert np.min(np.abs(artifact[:, axis_world] - world[axis_world])) < 0.5, defect
 
 
 def test_a_clean_scan_records_no_layer(demo_cohort):

@@ -78,10 +78,14 @@ def test_oblique_thick_grid_shows_the_same_anatomy():
     a = _tiles(data, affine, view)
     b = _tiles(thick, oblique, view)
     for plane in PLANES:
+        compared = 0
         for ta, tb in zip(a[plane], b[plane]):
-            inside = (ta > 0) | (tb > 0)
+            if not ((ta > 0) | (tb > 0)).any():
+                continue
             # Thick slices blur the boundary by up to half a slice; the bulk agrees.
-            assert np.mean((ta > 0) == (tb > 0)) > 0.9 if inside.any() else True
+            assert np.mean((ta > 0) == (tb > 0)) > 0.9, plane
+            compared += 1
+        assert compared >= 3, (plane, compared)
 
 
 def test_focus_moves_the_nearest_slice_onto_the_point():

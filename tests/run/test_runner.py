@@ -446,7 +446,8 @@ def test_distributed_cluster_gives_the_same_bytes_as_a_local_run(cohort, tmp_pat
     local = run(cohort, tmp_path / "local", scheduler="sync")
     remote = run(cohort, tmp_path / "remote", scheduler=dask_cluster)
     assert statuses(remote) == statuses(local)
-    worker_pids = {r.worker.rsplit(":", 1)[1] for r in remote.results if r.worker}
+    assert all(r.worker for r in remote.results), [r.subject_id for r in remote.results]
+    worker_pids = {r.worker.rsplit(":", 1)[1] for r in remote.results}
     assert str(os.getpid()) not in worker_pids  # the subjects ran in the dask worker
     local_cache, remote_cache = Cache(tmp_path / "local"), Cache(tmp_path / "remote")
     local_refs, remote_refs = local_cache.entries(), remote_cache.entries()

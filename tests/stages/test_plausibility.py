@@ -100,7 +100,7 @@ def test_noise_a_slab_and_a_small_head_are_refused():
     assert slab.metrics["failed_checks"] == ["head_size"]
     assert "thinnest direction" in slab.reason and "at least 110" in slab.reason
     crop = _refusal(crop_of(_good_scan, 64.0))
-    assert crop.metrics["failed_checks"]
+    assert "no_head" in crop.metrics["failed_checks"], crop.metrics["failed_checks"]
 
 
 def test_shear_is_measured_between_voxel_axes_in_degrees():

@@ -217,7 +217,7 @@ def test_noise_without_a_head_is_refused_as_no_brain():
     affine = np.diag([1.5, 1.5, 1.5, 1.0])
     affine[:3, 3] = -0.75 * np.asarray(shape)
     error = _refusal(prepared(Scan(noise, None, affine, np.eye(4), None), "noise"))
-    assert error.metrics["failure"] in ("no_brain", "not_t1"), error.reason
+    assert error.metrics["failure"] == "no_brain", error.reason
     assert "header" not in str(error)
 
 
@@ -240,7 +240,7 @@ def test_a_head_of_another_species_size_is_refused_as_head_size():
 def test_a_t2_contrast_is_refused_without_blaming_the_header():
     t2 = person(TEST_PERSON + 2, contrast="t2")
     error = _refusal(prepared(scan_of(t2), "t2-head"))
-    assert error.metrics["failure"] in ("not_t1", "no_brain"), error.reason
+    assert error.metrics["failure"] == "not_t1", error.reason
     assert "T2" in str(error) and "header" not in str(error)
 
 
@@ -344,9 +344,11 @@ def test_a_scan_that_passes_is_not_retried(monkeypatch, tiny_volume):
     assert calls == [False] and "search_retried" not in metrics
 
 
-@pytest.mark.parametrize("details", [{"head_length_mm": 90.0, "head_extents_mm": [90.0, 70.0, 60.0]},
-                                     {"search_orientations": 0}])
-def test_a_refusal_measured_before_the_fit_is_not_retried(monkeypatch, tiny_volume, details):
+@pytest.mark.parametrize("details, failure", [
+    ({"head_length_mm": 90.0, "head_extents_mm": [90.0, 70.0, 60.0]}, "head_size"),
+    ({"search_orientations": 0}, "field_of_view")])
+def test_a_refusal_measured_before_the_fit_is_not_retried(monkeypatch, tiny_volume, details,
+                                                          failure):
     """A head too short, or a field of view that no orientation fits, is measured before
     any fit: a wider search would find it the same, so the scan is refused at once."""
     import dataclasses
@@ -362,7 +364,7 @@ def test_a_refusal_measured_before_the_fit_is_not_retried(monkeypatch, tiny_volu
 
     monkeypatch.setattr(register_module, "register_volume", fake)
     error = _refusal(tiny_volume)
-    assert error.metrics["failure"] in ("head_size", "field_of_view")
+    assert error.metrics["failure"] == failure, error.reason
     assert calls == [False] and "search_retried" not in error.metrics
 
 

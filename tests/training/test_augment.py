@@ -217,11 +217,17 @@ def test_a_flip_with_the_table_swaps_the_left_and_right_classes(swap):
 def test_a_flip_without_a_table_is_refused_for_labels():
     with pytest.raises(ValueError, match="lr_swap"):
         Augment(**dict(NOTHING, flip_prob=1.0))(_lateral_batch())
-    # declared symmetric, or no labels: it flips
-    Augment(**dict(NOTHING, flip_prob=1.0), lateralised_labels=False)(_lateral_batch())
+    # declared symmetric, or no labels: it flips, labels as they are
     batch = _lateral_batch()
+    out = Augment(**dict(NOTHING, flip_prob=1.0), lateralised_labels=False)(_lateral_batch())
+    assert torch.equal(out["label"], batch["label"].flip(1))
+    assert torch.allclose(out["image"][:, 0], batch["image"][:, 0].flip(1), atol=1e-5)
+    assert all(p["flip"] for p in out["augment"])
     del batch["label"]
-    Augment(**dict(NOTHING, flip_prob=1.0))(batch)
+    image = batch["image"].clone()
+    out = Augment(**dict(NOTHING, flip_prob=1.0))(batch)
+    assert torch.allclose(out["image"][:, 0], image[:, 0].flip(1), atol=1e-5)
+    assert all(p["flip"] for p in out["augment"])
     with pytest.raises(ValueError, match="involution"):
         Augment(lr_swap=[1, 2, 0])
 

@@ -128,7 +128,8 @@ def test_locator_is_silent_on_a_clean_step_and_removes_its_hooks():
     for step in range(2):
         with locator(step=step):
             model(_batch()).sum().backward()
-    assert all(not m._forward_hooks and not m._backward_hooks for m in model.modules())
+    assert all(not m._forward_hooks and not m._forward_pre_hooks and not m._backward_hooks
+               and not m._backward_pre_hooks for m in model.modules())
 
 
 def test_clamp_counts_what_it_clamped_and_can_be_removed():
@@ -190,9 +191,11 @@ def test_locator_parameter_check_can_be_turned_off_and_is_silent_when_clean():
     model, x = _overflowing_weight_model()
     with NonFiniteLocator(model, parameters=False):
         model(x).sum().backward()  # the activations alone are finite: no error
+    assert not torch.isfinite(model[0].weight.grad).all()  # what it was told to overlook
     model.zero_grad(set_to_none=True)
     with NonFiniteLocator(model, backward=False):  # forward only: parameters off too
         model(x).sum().backward()
+    assert not torch.isfinite(model[0].weight.grad).all()
     clean = _net()
     with NonFiniteLocator(clean):
         clean(_batch()).sum().backward()
