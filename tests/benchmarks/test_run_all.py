@@ -199,31 +199,26 @@ def test_a_section_is_unchanged_across_commits_that_touch_nothing_it_runs(tmp_pa
         return {name: run_all.section_unchanged(name, old, new, tmp_path)
                 for name in ("a", "b")}
 
-    (tmp_path / "docs" / "page.md").write_text("more text\n")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_x.py").write_text("pass\n")
-    (tmp_path / "benchmarks" / "run_all.py").write_text(
-        "def _sections():\n    return {'a': 1}\n\n\ndef _run():\n    return 0\n")
-    docs_and_driver = commit("docs, tests, the driver's own code")
-    assert unchanged(first, docs_and_driver) == {"a": True, "b": True}
-
-    (tmp_path / "benchmarks" / "bench_b.py").write_text("def main():\n    return 1\n")
-    other_section = commit("b's own module")
-    assert unchanged(first, other_section) == {"a": True, "b": False}
-
-    (tmp_path / "benchmarks" / "helper.py").write_text("X = 2\n")
-    helper = commit("a helper that a imports")
-    assert unchanged(other_section, helper) == {"a": False, "b": True}
-
-    (tmp_path / "benchmarks" / "run_all.py").write_text(
-        "def _sections():\n    return {'a': 2}\n\n\ndef _run():\n    return 0\n")
-    definitions = commit("what the driver hands a section")
-    assert unchanged(helper, definitions) == {"a": False, "b": False}
-
-    (tmp_path / "mriprep" / "code.py").write_text("y = 2\n")
-    product = commit("product code")
-    assert unchanged(definitions, product) == {"a": False, "b": False}
-    assert unchanged("0" * 40, product) == {"a": False, "b": False}
+    driver = "def _sections():\n    return {{'a': {}}}\n\n\ndef _run():\n    return 0\n"
+    # (files written, compared with the first commit or the one before, sections unchanged)
+    steps = [
+        ({"docs/page.md": "more text\n", "tests/test_x.py": "pass\n",
+          "benchmarks/run_all.py": driver.format(1)}, "first", {"a": True, "b": True}),
+        ({"benchmarks/bench_b.py": "def main():\n    return 1\n"}, "first",
+         {"a": True, "b": False}),
+        ({"benchmarks/helper.py": "X = 2\n"}, "previous", {"a": False, "b": True}),
+        ({"benchmarks/run_all.py": driver.format(2)}, "previous", {"a": False, "b": False}),
+        ({"mriprep/code.py": "y = 2\n"}, "previous", {"a": False, "b": False}),
+    ]
+    previous = first
+    for files, since, expected in steps:
+        for path, text in files.items():
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_text(text)
+        current = commit(", ".join(files))
+        assert unchanged(first if since == "first" else previous, current) == expected, files
+        previous = current
+    assert unchanged("0" * 40, current) == {"a": False, "b": False}
 
 
 def test_resume_keeps_a_record_of_an_earlier_commit_only_where_nothing_it_runs_changed(
