@@ -3,8 +3,9 @@
 Every loader delivers the same preprocessed volumes (image float32 [1, X, Y, Z] and valid
 mask, plus int64 labels with ``--labels``) in batches of 2, shuffled. Each is run for one
 untimed warm-up epoch (page cache warm, MONAI's caches filled, workers started), then
-timed over 3 epochs in each of 3 interleaved rounds; a row is the median round and the
-range. MB/s counts the bytes of the tensors handed to the training loop.
+timed over 3 epochs in each of 3 interleaved rounds (:func:`interleaved`: the order turned
+each round, each measurement started once the machine is quiet); a row is the median round
+and the range. MB/s counts the bytes of the tensors handed to the training loop.
 
 MONAI is run its documented ways for data that fits in memory and on disk: the
 ``PersistentDataset`` (MONAI's ``monai.data`` reference: a deterministic transform's
@@ -195,6 +196,52 @@ def measure(loader, epochs: int) -> dict:
             "items": items, "bytes": nbytes}
 
 
+def interleaved(contenders: list, rounds: int) -> dict[str, list[dict]]:
+    """Each of ``contenders`` (name, measure once, the rounds it takes part in or None for
+    all) measured in ``rounds`` rounds: name -> one result per round it took part in.
+
+    Interleaved, because other work on a shared machine comes and goes. The order turns
+    by one each round, so that no contender always follows the same one. And each
+    measurement starts once the machine is quiet (:func:`wait_until_quiet`): a
+    ``DataLoader`` with persistent workers fills its prefetch queue for the next epoch
+    as soon as an epoch ends, and a fast loader's whole measurement (a gigabyte in a
+    tenth of a second) could otherwise run beside another loader's decoding workers."""
+    measured: dict[str, list[dict]] = {name: [] for name, *_ in contenders}
+    loud = 0
+    for r in range(rounds):
+        turn = r % len(contenders) if contenders else 0
+        for name, once, only in contenders[turn:] + contenders[:turn]:
+            if only is None or r < only:
+                loud += not wait_until_quiet()
+                measured[name].append(once())
+        print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    if loud:
+        print(f"{loud} measurement(s) started on a machine that did not fall quiet within "
+              f"{QUIET_TIMEOUT_S:.0f} s (other work): their rounds may be slow",
+              file=sys.stderr)
+    return measured
+
+
+QUIET_SHARE = 0.1  # of all cores busy, averaged over a sample
+QUIET_TIMEOUT_S = 10.0
+
+
+def wait_until_quiet(sample_s: float = 0.2, timeout_s: float = QUIET_TIMEOUT_S) -> bool:
+    """Wait until the machine's cores, all processes taken together, are busy under
+    :data:`QUIET_SHARE` of a ``sample_s`` sample; False where that did not happen within
+    ``timeout_s`` (then the measurement goes ahead anyway)."""
+    try:
+        import psutil
+    except ImportError:  # psutil comes with dask.distributed; without it, a fixed pause
+        time.sleep(1.0)
+        return True
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if psutil.cpu_percent(interval=sample_s) < 100 * QUIET_SHARE:
+            return True
+    return False
+
+
 def warm_up(loader) -> None:
     """One untimed epoch: page cache warm, MONAI's cache written, workers started."""
     for _ in loader:
@@ -353,14 +400,8 @@ def run(cache_dir: str | os.PathLike | None = None, *, split: str = "train",
                                "volumes each, no allocation", None,
                                lambda copy=copy: measure_ceiling(files, epochs, workers, copy)))
 
-        # Other work on a shared machine comes and goes: interleave the rounds, and report
-        # each loader's median round with the range.
-        measured: dict[str, list[dict]] = {name: [] for name, *_ in contenders}
-        for r in range(rounds):
-            for name, unit, note, only, once in contenders:
-                if only is None or r < only:
-                    measured[name].append(once())
-            print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+        measured = interleaved([(name, once, only) for name, _, _, only, once in contenders],
+                               rounds)
         return [median_row(name, unit, note, measured[name])
                 for name, unit, note, *_ in contenders]
     finally:

@@ -116,8 +116,9 @@ def loaders(caches: dict, scratch: Path, rounds: int, epochs: int) -> list[dict]
     import torch
     from monai.data import ThreadDataLoader
 
-    from benchmarks.bench_loader import (median_row, measure, monai_cache_dataset,
-                                         monai_dataset, tensor_files, warm_up)
+    from benchmarks.bench_loader import (interleaved, median_row, measure,
+                                         monai_cache_dataset, monai_dataset, tensor_files,
+                                         warm_up)
     from mriprep.training import MRIDataset, make_dataloader
 
     torch.set_num_threads(1)
@@ -141,11 +142,8 @@ def loaders(caches: dict, scratch: Path, rounds: int, epochs: int) -> list[dict]
                    ("MONAI CacheDataset, in memory (float32 .npy)", in_memory, "volumes")]
     for _, loader, _ in contenders:
         warm_up(loader)
-    measured: dict[str, list[dict]] = {name: [] for name, _, _ in contenders}
-    for r in range(rounds):
-        for name, loader, _ in contenders:
-            measured[name].append(measure(loader, epochs))
-        print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    measured = interleaved([(name, lambda loader=loader: measure(loader, epochs), None)
+                            for name, loader, _ in contenders], rounds)
     return [median_row(name, unit, "", measured[name]) for name, _, unit in contenders]
 
 
