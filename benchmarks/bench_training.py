@@ -10,10 +10,12 @@ ways in alternating blocks of steps, so that the machine's noise falls on both a
   its data pipeline: what is left is pure compute.
 
 The data share of a step is ``1 - dummy / real``: near 0 when reading hides behind
-compute. It also prints how fast the loader alone delivers slices, the headroom a faster
-GPU would use. Nothing is asserted.
+compute. It is taken per round (a block of each kind, medians), and printed as the median
+round with the range over the rounds: the range is the measure's own noise. It also prints
+how fast the loader alone delivers slices, the headroom a faster GPU would use. Nothing is
+asserted.
 
-Run: ``python benchmarks/bench_training.py [--cache CACHE] [--steps 8] [--rounds 2]``.
+Run: ``python benchmarks/bench_training.py [--cache CACHE] [--steps 8] [--rounds 6]``.
 Without ``--cache`` it builds a cache of 6 template-sized volumes with tissue labels.
 """
 
@@ -42,7 +44,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, help="a cache with labels (default: built)")
     parser.add_argument("--steps", type=int, default=8, help="steps per block")
-    parser.add_argument("--rounds", type=int, default=2, help="blocks of each kind")
+    parser.add_argument("--rounds", type=int, default=6, help="blocks of each kind")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-training-") as scratch:
@@ -61,19 +63,24 @@ def main(argv=None) -> int:
         for _ in range(3):  # warm-up: kernels, allocator, page cache
             step(next(batches))
 
-        real, dummy = [], []
+        real, dummy, shares = [], [], []
         for _ in range(args.rounds):
+            block = []
             for _ in range(args.steps):
                 start = time.perf_counter()
                 step(next(batches))
-                real.append(time.perf_counter() - start)
+                block.append(time.perf_counter() - start)
+            real += block
+            held_block = []
             for _ in range(args.steps):
                 # The held batch comes back every step: a new epoch each time, as a real
                 # run's samples would get new draws, not the same draw with a warning.
                 _new_epoch(step, epochs)
                 start = time.perf_counter()
                 step(held)
-                dummy.append(time.perf_counter() - start)
+                held_block.append(time.perf_counter() - start)
+            dummy += held_block
+            shares.append(1 - statistics.median(held_block) / statistics.median(block))
         loader_only = _loader_rate(batches, options.batch_size, args.steps * 2)
 
     r, d = statistics.median(real), statistics.median(dummy)
@@ -81,11 +88,13 @@ def main(argv=None) -> int:
     print(f"training step ({dataset.mode} mode, batch {slices} x {2 * options.context + 1} "
           f"channels {tuple(held['image'].shape[2:])}, device {step.device}, autocast "
           f"{step.amp_dtype or 'off'}, {options.workers} reader threads, "
-          f"{torch.get_num_threads()} torch threads), median of {len(real)} steps each:")
+          f"{torch.get_num_threads()} torch threads), median of {len(real)} steps each, "
+          f"in {args.rounds} rounds of {args.steps}:")
     print(f"  real loader   {r * 1000:8.1f} ms/step  {slices / r:7.1f} slices/s")
     print(f"  dummy loader  {d * 1000:8.1f} ms/step  {slices / d:7.1f} slices/s  (compute only)")
-    print(f"  data share of a step: {max(0.0, 1 - d / r):.1%} "
-          f"(real/dummy {r / d:.2f}x)")
+    print(f"  data share of a step, median round: {statistics.median(shares):.1%} "
+          f"(range {min(shares):.1%} to {max(shares):.1%} over the rounds; "
+          f"real/dummy {r / d:.2f}x over every step)")
     print(f"  loader alone: {loader_only:.0f} slices/s, {loader_only / (slices / d):.1f}x what "
           "this step consumes")
     return 0
