@@ -17,13 +17,12 @@ record of how it ended (``sections/NAME.json``: exit status, seconds, start and 
 commit). The whole bench takes hours on a 2-core machine, longer than some sessions:
 ``--work-dir DIR --resume`` continues a run, leaving out the sections that already
 succeeded in DIR on the same commit of a clean checkout, or on an earlier commit from which
-nothing that section runs has changed (:func:`section_unchanged`), and says which and when.
+nothing that section runs has changed (``benchmarks/resume.py``), and says which and when.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import codecs
 import datetime
 import importlib
@@ -35,9 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 # Benchmarks import each other as a package when run as a script from the repo root.
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mriprep.demo import build_demo_cohort  # noqa: E402
 
@@ -224,7 +222,7 @@ def _now() -> str:
 WRITTEN_BY_THE_BENCH = ("docs/img/outcome.png", "docs/img/outcome.json")
 
 
-def code_version(root: Path = ROOT) -> str | None:
+def code_version(root: Path = Path(__file__).resolve().parents[1]) -> str | None:
     """The commit of the checkout at ``root``, or None where it cannot vouch for the code
     that ran: not a git checkout, or tracked files changed since the commit (other than
     :data:`WRITTEN_BY_THE_BENCH`). Untracked files do not count: a work folder inside the
@@ -242,111 +240,28 @@ def code_version(root: Path = ROOT) -> str | None:
     return None if changed else commit
 
 
-def already_done(chosen: list[str], records: Path, version: str | None,
-                 unchanged=lambda name, commit: False) -> dict[str, dict]:
+def already_done(chosen: list[str], records: Path, version: str | None) -> dict[str, dict]:
     """The sections of ``chosen`` recorded in ``records`` as succeeded on ``version``, or
-    on a commit from which ``unchanged(name, commit)`` says that section's code did not
-    change; none where ``version`` is None (the code that ran cannot be told apart)."""
-    done = {}
+    on an earlier commit from which nothing they run has changed
+    (:func:`benchmarks.resume.kept_records`, which names them); none where ``version``
+    is None (the code that ran cannot be told apart)."""
     if version is None:
-        return done
+        return {}
+    # Here, not at the top: a section's own process runs this file and never needs it.
+    from benchmarks.resume import kept_records
+
+    loaded = {}
     for name in chosen:
         try:
-            record = json.loads((records / f"{name}.json").read_text())
+            loaded[name] = json.loads((records / f"{name}.json").read_text())
         except (OSError, ValueError):
             continue
-        commit = record.get("commit")
-        if record.get("status") == 0 and commit and (
-                commit == version or unchanged(name, commit)):
-            done[name] = record
-    return done
-
-
-# What no section runs: a change there leaves every record standing.
-NOT_RUN = ("docs/", "tests/", "benchmarks/runs/")
-# The driver: how sections are started and recorded. What each section runs is in the
-# functions :data:`SECTION_DEFINITIONS` of this file, compared on their own.
-DRIVER = "benchmarks/run_all.py"
-SECTION_DEFINITIONS = ("_sections", "_training_section", "_check_section")
-
-
-def section_unchanged(name: str, recorded: str, current: str, root: Path = ROOT) -> bool:
-    """True where nothing section ``name`` runs differs between commits ``recorded`` and
-    ``current``: no changed file outside :data:`NOT_RUN`, Markdown and
-    :data:`WRITTEN_BY_THE_BENCH` but the benchmark modules of other sections (those the
-    section's own module does not import, :func:`section_sources`), and the driver's
-    section definitions the same. A file that cannot be compared counts as changed, so
-    that a section is only ever left out on evidence."""
-    try:
-        changed = subprocess.run(
-            ["git", "-C", str(root), "diff", "--name-only", recorded, current],
-            capture_output=True, text=True, check=True).stdout.split()
-    except (OSError, subprocess.CalledProcessError):
-        return False
-    own = section_sources(name, root)
-    for path in changed:
-        if path.startswith(NOT_RUN) or path.endswith(".md") or path in WRITTEN_BY_THE_BENCH:
-            continue
-        if path == DRIVER:
-            if _definitions(recorded, root) != _definitions(current, root):
-                return False
-            continue
-        if path.startswith("benchmarks/") and path != "benchmarks/__init__.py":
-            if path in own:
-                return False
-            continue
-        return False
-    return True
-
-
-def section_sources(name: str, root: Path = ROOT) -> set[str]:
-    """The files under ``benchmarks/`` that section ``name`` runs: its module
-    (``bench_NAME.py``) and every ``benchmarks`` module it imports, anywhere in its code
-    and in theirs, with each imported package's whole folder (its data files too)."""
-    sources: set[str] = set()
-    pending = [f"benchmarks.bench_{name}"]
-    while pending:
-        module = pending.pop()
-        path = _module_path(module, root)
-        if path is None or path in sources:
-            continue
-        sources.add(path)
-        if path.endswith("__init__.py"):
-            folder = (root / path).parent
-            sources.update(str(p.relative_to(root)) for p in folder.rglob("*")
-                           if p.is_file() and "__pycache__" not in p.parts)
-        tree = ast.parse((root / path).read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                pending += [a.name for a in node.names if a.name.startswith("benchmarks.")]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
-                    node.module == "benchmarks" or node.module.startswith("benchmarks.")):
-                pending.append(node.module)
-                pending += [f"{node.module}.{a.name}" for a in node.names]
-    return sources
-
-
-def _module_path(module: str, root: Path) -> str | None:
-    """The file of ``module`` under ``root``, relative to it, or None (a name, not a
-    module)."""
-    base = Path(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if (root / candidate).is_file():
-            return str(candidate)
-    return None
-
-
-def _definitions(commit: str, root: Path) -> dict[str, str] | None:
-    """The source of :data:`SECTION_DEFINITIONS` in :data:`DRIVER` at ``commit``; None
-    where it cannot be read."""
-    try:
-        text = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{DRIVER}"],
-                              capture_output=True, text=True, check=True).stdout
-        tree = ast.parse(text)
-    except (OSError, subprocess.CalledProcessError, SyntaxError):
-        return None
-    return {node.name: ast.dump(node) for node in tree.body
-            if isinstance(node, ast.FunctionDef) and node.name in SECTION_DEFINITIONS}
+    kept = kept_records(chosen, loaded, version)
+    for name, record in kept.items():
+        if record["commit"] != version:
+            print(f"({name}: recorded on {record['commit'][:10]}; nothing it runs has "
+                  f"changed since, to {version[:10]})")
+    return kept
 
 
 def _run(chosen: list[str], work: Path, keep: bool, in_process: bool,
@@ -360,19 +275,15 @@ def _run(chosen: list[str], work: Path, keep: bool, in_process: bool,
         return max((int(sections[name]() or 0) for name in chosen), default=0)
     records = work / "sections"
     version = code_version()
-    done = already_done(chosen, records, version,
-                        lambda name, commit: section_unchanged(name, commit, version)
-                        ) if resume else {}
+    done = already_done(chosen, records, version) if resume else {}
     if resume:
         if version is None:
             print("--resume: this checkout has changes to tracked files since its commit "
                   "(or is not a git checkout), so no earlier section can be vouched for: "
                   "every section runs (commit or stash the changes to resume)")
         for name, record in done.items():
-            since = ("" if record["commit"] == version else
-                     f", nothing it runs changed since to {version[:10]}")
-            print(f"({name}: left out, done {record['ended']} on {record['commit'][:10]}"
-                  f"{since}, in {record['seconds']:.0f} s; its output: {records / name}.log)")
+            print(f"({name}: left out, done {record['ended']} on {version[:10]} in "
+                  f"{record['seconds']:.0f} s; its output: {records / name}.log)")
     statuses = run_sections([n for n in chosen if n not in done],
                             lambda name: section_command(name, work), records, code_version)
     failed = {name: code for name, code in statuses.items() if code}
