@@ -3,9 +3,9 @@
 Every loader delivers the same preprocessed volumes (image float32 [1, X, Y, Z] and valid
 mask, plus int64 labels with ``--labels``) in batches of 2, shuffled. Each is run for one
 untimed warm-up epoch (page cache warm, MONAI's caches filled, workers started), then
-timed over 3 epochs in each of 3 interleaved rounds (:func:`interleaved`: the order turned
-each round, each measurement started once the machine is quiet); a row is the median round
-and the range. MB/s counts the bytes of the tensors handed to the training loop.
+timed over 3 epochs (repeated until a measurement spans at least a second) in each of 3
+interleaved rounds (:func:`interleaved`); a row is the median round and the range. MB/s
+counts the bytes of the tensors handed to the training loop.
 
 MONAI is run its documented ways for data that fits in memory and on disk: the
 ``PersistentDataset`` (MONAI's ``monai.data`` reference: a deterministic transform's
@@ -43,6 +43,9 @@ from mriprep.inputs.templates import load_mni152_tissue, load_template
 from mriprep.training import MRIDataset, make_dataloader
 
 PAGE = 4096
+# A measurement spans at least this (interleaved): the fastest loaders' three epochs take
+# a tenth of a second.
+MIN_SECONDS = 1.0
 
 
 # -- the data -----------------------------------------------------------------------------
@@ -196,50 +199,36 @@ def measure(loader, epochs: int) -> dict:
             "items": items, "bytes": nbytes}
 
 
-def interleaved(contenders: list, rounds: int) -> dict[str, list[dict]]:
+def interleaved(contenders: list, rounds: int,
+                min_seconds: float = MIN_SECONDS) -> dict[str, list[dict]]:
     """Each of ``contenders`` (name, measure once, the rounds it takes part in or None for
     all) measured in ``rounds`` rounds: name -> one result per round it took part in.
 
-    Interleaved, because other work on a shared machine comes and goes. The order turns
-    by one each round, so that no contender always follows the same one. And each
-    measurement starts once the machine is quiet (:func:`wait_until_quiet`): a
-    ``DataLoader`` with persistent workers fills its prefetch queue for the next epoch
-    as soon as an epoch ends, and a fast loader's whole measurement (a gigabyte in a
-    tenth of a second) could otherwise run beside another loader's decoding workers."""
+    Interleaved, because other work on a shared machine comes and goes; the order is
+    reversed every other round, so that no contender always follows the same one. Each
+    measurement is repeated until it spans ``min_seconds`` (:func:`for_at_least`): the
+    fastest loaders read the whole cache three times in a tenth of a second, a window
+    that a moment of other work could fill."""
     measured: dict[str, list[dict]] = {name: [] for name, *_ in contenders}
-    loud = 0
     for r in range(rounds):
-        turn = r % len(contenders) if contenders else 0
-        for name, once, only in contenders[turn:] + contenders[:turn]:
+        for name, once, only in (contenders if r % 2 == 0 else contenders[::-1]):
             if only is None or r < only:
-                loud += not wait_until_quiet()
-                measured[name].append(once())
+                measured[name].append(for_at_least(min_seconds, once))
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
-    if loud:
-        print(f"{loud} measurement(s) started on a machine that did not fall quiet within "
-              f"{QUIET_TIMEOUT_S:.0f} s (other work): their rounds may be slow",
-              file=sys.stderr)
     return measured
 
 
-QUIET_SHARE = 0.1  # of all cores busy, averaged over a sample
-QUIET_TIMEOUT_S = 10.0
-
-
-def wait_until_quiet(sample_s: float = 0.2, timeout_s: float = QUIET_TIMEOUT_S) -> bool:
-    """Wait until the machine's cores, all processes taken together, are busy under
-    :data:`QUIET_SHARE` of a ``sample_s`` sample; False where that did not happen within
-    ``timeout_s`` (then the measurement goes ahead anyway)."""
-    try:
-        import psutil
-    except ImportError:  # psutil comes with dask.distributed; without it, a fixed pause
-        time.sleep(1.0)
-        return True
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if psutil.cpu_percent(interval=sample_s) < 100 * QUIET_SHARE:
-            return True
-    return False
+def for_at_least(seconds: float, once) -> dict:
+    """``once()`` (a dict with ``bytes``, ``items`` and ``seconds``) repeated until the
+    repeats took ``seconds`` in all, summed into one result."""
+    parts = [once()]
+    while sum(part["seconds"] for part in parts) < seconds:
+        parts.append(once())
+    spent = sum(part["seconds"] for part in parts)
+    nbytes = sum(part["bytes"] for part in parts)
+    items = sum(part["items"] for part in parts)
+    return {"MB/s": nbytes / spent / 1e6, "items/s": items / spent, "seconds": spent,
+            "items": items, "bytes": nbytes, "repeats": len(parts)}
 
 
 def warm_up(loader) -> None:

@@ -46,8 +46,8 @@ class SliceNet(nn.Module):
         self.dec1 = _block(2 * width, width)
         self.head = nn.Conv2d(width, classes, 1)
         # Channels-last: the layout oneDNN's CPU convolutions (and CUDA's tensor cores)
-        # are fastest in; the same arithmetic in another memory order
-        # (docs/benchmarks.md, row 53).
+        # are fastest in; the same operations in another memory order, whose kernels may
+        # round differently (docs/benchmarks.md, row 53).
         self.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

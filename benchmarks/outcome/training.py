@@ -193,7 +193,9 @@ def predict(model: SliceNet, volume: TestVolume) -> np.ndarray:
                                  .astype(np.float32)).to(device)
             # max(1).indices, not argmax(1): the same first maximal class, and on a CPU
             # a fraction of argmax's time across the planes (docs/benchmarks.md, row 53).
-            logits = full_size(model(x).float(), x.shape[-2:])
+            # Contiguous first: the network computes channels-last, and the bilinear
+            # upsampling rounds differently in that layout (the same row).
+            logits = full_size(model(x).float().contiguous(), x.shape[-2:])
             predicted[list(ks)] = logits.max(1).indices.cpu().numpy()
     model.train()
     return predicted

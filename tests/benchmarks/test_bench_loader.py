@@ -1,39 +1,36 @@
-"""The loader bench's rounds: interleaved, the order turned each round, each measurement
-started on a quiet machine."""
+"""The loader bench's rounds: interleaved, the order reversed every other round, and each
+measurement long enough."""
 
 from __future__ import annotations
 
-import sys
-import types
+import pytest
 
 from benchmarks import bench_loader
 
 
-def test_rounds_turn_the_order_and_wait_for_quiet_before_each_measurement(monkeypatch,
-                                                                          capsys):
+def _timed(name, events, seconds):
+    def once():
+        events.append(name)
+        return {"bytes": 1_000_000, "items": 2, "seconds": seconds}
+    return once
+
+
+def test_rounds_reverse_the_order_every_other_round():
     events = []
-    quiet = iter([True, False, True, True, True, True, True])
-    monkeypatch.setattr(bench_loader, "wait_until_quiet",
-                        lambda: events.append("wait") or next(quiet))
-
-    def once(name):
-        return lambda: events.append(name) or {"MB/s": float(len(events))}
-
-    contenders = [("a", once("a"), None), ("b", once("b"), None), ("c", once("c"), 1)]
-    measured = bench_loader.interleaved(contenders, rounds=3)
-    order = [e for e in events if e != "wait"]
-    # round 1: a b c; round 2 starts one later (b, then c, which takes part once, then a)
-    assert order == ["a", "b", "c", "b", "a", "a", "b"]
-    assert events[::2] == ["wait"] * len(order)  # a wait before every measurement
+    contenders = [("a", _timed("a", events, 1.0), None), ("b", _timed("b", events, 1.0), None),
+                  ("c", _timed("c", events, 1.0), 1)]
+    measured = bench_loader.interleaved(contenders, rounds=3, min_seconds=1.0)
+    # c takes part in the first round only; b follows a, then c, then a again
+    assert events == ["a", "b", "c", "b", "a", "a", "b"]
     assert [len(measured[n]) for n in "abc"] == [3, 3, 1]
-    assert "1 measurement(s) started on a machine that did not fall quiet" in \
-        capsys.readouterr().err
 
 
-def test_quiet_is_a_sample_under_the_share_or_a_timeout(monkeypatch):
-    samples = iter([80.0, 35.0, 4.0])
-    fake = types.SimpleNamespace(cpu_percent=lambda interval: next(samples))
-    monkeypatch.setitem(sys.modules, "psutil", fake)
-    assert bench_loader.wait_until_quiet(sample_s=0.0)
-    fake.cpu_percent = lambda interval: 90.0
-    assert not bench_loader.wait_until_quiet(sample_s=0.0, timeout_s=0.05)
+def test_a_short_measurement_is_repeated_until_it_spans_the_minimum():
+    events = []
+    result = bench_loader.for_at_least(1.0, _timed("fast", events, 0.3))
+    assert events == ["fast"] * 4 and result["repeats"] == 4
+    assert result["seconds"] == pytest.approx(1.2) and result["bytes"] == 4_000_000
+    assert result["MB/s"] == pytest.approx(4.0 / 1.2)
+    assert result["items/s"] == pytest.approx(8 / 1.2)
+    slow = bench_loader.for_at_least(1.0, _timed("slow", events, 2.5))
+    assert slow["repeats"] == 1 and slow["MB/s"] == 0.4

@@ -72,7 +72,8 @@ def test_locator_names_a_nan_planted_in_the_batch_as_the_input():
             model(x)
 
 
-@pytest.mark.parametrize("layout", ["channels_last", "transposed", "overlapping"])
+@pytest.mark.parametrize("layout", ["channels_last", "channels_last_n1", "transposed",
+                                    "overlapping"])
 def test_finite_check_reads_every_layout(layout):
     """The check reduces a permuted tensor in memory order: the same verdict, NaN, +Inf
     and -Inf found wherever they lie, and a layout it cannot view so falls back."""
@@ -81,6 +82,8 @@ def test_finite_check_reads_every_layout(layout):
     base = torch.randn(2, 3, 5, 7)
     if layout == "channels_last":
         t = base.contiguous(memory_format=torch.channels_last)
+    elif layout == "channels_last_n1":  # one item, and a 1 x 1 plane: strides tie
+        t = torch.randn(1, 3, 1, 1).contiguous(memory_format=torch.channels_last)
     elif layout == "transposed":
         t = base.transpose(1, 3)
     else:  # a broadcast view: every element read more than once
@@ -90,8 +93,15 @@ def test_finite_check_reads_every_layout(layout):
     assert sorted(view.flatten().tolist()) == sorted(t.flatten().tolist())
     assert bool(_all_finite(t))
     for bad in (float("nan"), float("inf"), -float("inf")):
-        poisoned = t.clone(memory_format=torch.preserve_format)
-        poisoned[tuple(n - 1 for n in poisoned.shape)] = bad
+        if layout == "overlapping":  # poisoned in the base: the view holds it many times
+            base = torch.randn(1, 3, 1, 7)
+            base[0, 2, 0, 6] = bad
+            poisoned = base.expand(2, 3, 5, 7)
+            assert _in_memory_order(poisoned) is poisoned
+        else:
+            poisoned = t.clone(memory_format=torch.preserve_format)
+            poisoned[tuple(n - 1 for n in poisoned.shape)] = bad
+            assert poisoned.stride() == t.stride()
         assert not bool(_all_finite(poisoned)), (layout, bad)
 
 
