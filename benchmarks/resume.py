@@ -131,12 +131,8 @@ def section_sources(name: str, commit: str, root: Path = ROOT) -> set[str] | Non
         if path.endswith("/__init__.py") and len(parts) > 1:
             folder = path.rsplit("/", 1)[0] + "/"
             sources.update(f for f in files if f.startswith(folder))
-        text = _show(commit, path, root)
-        if text is None:
-            return None
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
+        tree = _parsed(commit, path, root)
+        if tree is None:
             return None
         package = parts if path.endswith("/__init__.py") else parts[:-1]
         for node in ast.walk(tree):
@@ -168,12 +164,8 @@ def _module_file(module: str, files: set[str]) -> str | None:
 def _driver_code(commit: str, root: Path) -> str | None:
     """The driver at ``commit`` as code: its syntax tree without docstrings, line numbers
     and the functions of :data:`BOOKKEEPING`; None where it cannot be read."""
-    text = _show(commit, DRIVER, root)
-    if text is None:
-        return None
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
+    tree = _parsed(commit, DRIVER, root)
+    if tree is None:
         return None
     tree.body = [node for node in tree.body
                  if not (isinstance(node, ast.FunctionDef) and node.name in BOOKKEEPING)]
@@ -199,8 +191,15 @@ def _tracked(commit: str, folder: str, root: Path) -> set[str] | None:
     return None if out is None else {p for p in out.split("\0") if p}
 
 
-def _show(commit: str, path: str, root: Path) -> str | None:
-    return _git(root, "show", f"{commit}:{path}")
+def _parsed(commit: str, path: str, root: Path) -> ast.Module | None:
+    """The syntax tree of ``path`` at ``commit``; None where it cannot be read or parsed."""
+    text = _git(root, "show", f"{commit}:{path}")
+    if text is None:
+        return None
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
 
 
 def _git(root: Path, *args: str) -> str | None:
