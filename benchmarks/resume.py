@@ -29,10 +29,10 @@ import datetime
 import subprocess
 from pathlib import Path
 
+from benchmarks.run_all import WRITTEN_BY_THE_BENCH
+
 ROOT = Path(__file__).resolve().parents[1]
 NOT_RUN = ("docs/", "tests/", "benchmarks/runs/")
-# Tracked files a run itself rewrites (run_all.WRITTEN_BY_THE_BENCH).
-WRITTEN_BY_THE_BENCH = ("docs/img/outcome.png", "docs/img/outcome.json")
 DRIVER = "benchmarks/run_all.py"
 # The driver's functions that only the parent process calls: how sections are started,
 # teed, recorded and left out. A section's own process never calls them.
