@@ -8,7 +8,8 @@ same work as the first, to measure the noise); with NaNGuard at the input; under
 NonFiniteLocator watching activations and their gradients only (``parameters=False``);
 under NonFiniteLocator as it comes, which also checks every parameter gradient after
 backward; under ``torch.autograd.detect_anomaly`` (the stock way to find a NaN's first
-module).
+module: PyTorch's ``torch.autograd`` reference, "Anomaly detection", with
+``check_nan=True`` as documented there).
 
 How it is measured, so that a difference of a few ms can be told from the machine's
 noise: ``--warmup`` untimed steps of every variant first (allocator, kernels, autograd's

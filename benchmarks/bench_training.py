@@ -7,7 +7,9 @@ ways in alternating blocks of steps, so that the machine's noise falls on both a
 
 * by ``make_dataloader`` (2 reader threads, as the script runs);
 * by a dummy loader that hands back one batch already in memory, as nnU-Net measures
-  its data pipeline: what is left is pure compute.
+  its data pipeline (its ``documentation/benchmarking.md``: the
+  ``nnUNetTrainerBenchmark_5epochs_noDataLoading`` trainer against the regular one):
+  what is left is pure compute.
 
 The data share of a step is ``1 - dummy / real``: near 0 when reading hides behind
 compute. It is taken per round (a block of each kind, medians), and printed as the median

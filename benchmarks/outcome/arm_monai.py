@@ -23,9 +23,9 @@ FastSurfer's blank filter does), shuffled, 8 per batch.
 The variants (:data:`VARIANTS`): as is; and with each of the two fixes people apply to
 the input, ``nan_to_zero`` and ``nan_to_mean``, right after loading (where a fix must
 act: one NaN makes the percentile scaling's bounds NaN and with them the whole volume),
-each with gradient clipping (``clip_grad_norm_`` at 12, as nnU-Net clips). The bench
-notes every training volume that leaves the chain non-finite or constant: trained on as
-it is, as a tutorial's loop would.
+each with gradient clipping (``clip_grad_norm_`` at 12, as nnU-Net's
+``nnUNetTrainer.train_step`` clips). The bench notes every training volume that leaves
+the chain non-finite or constant: trained on as it is, as a tutorial's loop would.
 """
 
 from __future__ import annotations
