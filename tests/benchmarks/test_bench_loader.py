@@ -34,3 +34,29 @@ def test_a_short_measurement_is_repeated_until_it_spans_the_minimum():
     assert result["items/s"] == pytest.approx(8 / 1.2)
     slow = bench_loader.for_at_least(1.0, _timed("slow", events, 2.5))
     assert slow["repeats"] == 1 and slow["MB/s"] == 0.4
+
+
+def test_each_row_is_set_against_the_fastest_monai_loader_of_its_unit():
+    rows = [{"name": "mriprep volume", "unit": "volumes", "MB/s": 300.0},
+            {"name": "mriprep patch", "unit": "patches", "MB/s": 50.0},
+            {"name": "MONAI slow volumes", "unit": "volumes", "MB/s": 100.0},
+            {"name": "MONAI fast volumes", "unit": "volumes", "MB/s": 200.0},
+            {"name": "MONAI patches", "unit": "patches", "MB/s": 25.0}]
+    assert bench_loader.fastest_monai(rows) == {"volumes": 200.0, "patches": 25.0}
+    table = bench_loader.format_table(
+        [dict(r, note="", **{"MB/s range": (r["MB/s"], r["MB/s"]), "items/s": 1.0})
+         for r in rows] + [{"name": "ceiling, readinto", "unit": "volumes", "note": "",
+                            "MB/s": 400.0, "MB/s range": (400.0, 400.0), "items/s": 1.0}])
+    ratios = {line[:44].strip(): float(line.split()[-2]) for line in table.splitlines()
+              if line.startswith(("mriprep", "MONAI"))}
+    assert ratios == {"mriprep volume": 1.5, "mriprep patch": 2.0, "MONAI slow volumes": 0.5,
+                      "MONAI fast volumes": 1.0, "MONAI patches": 1.0}
+
+
+def test_a_row_with_no_monai_row_of_its_unit_gets_no_ratio():
+    rows = [{"name": "mriprep patch", "unit": "patches", "MB/s": 50.0},
+            {"name": "MONAI volumes", "unit": "volumes", "MB/s": 100.0}]
+    fastest = bench_loader.fastest_monai(rows)
+    assert fastest == {"volumes": 100.0}
+    assert bench_loader.x_monai(rows[0], fastest).strip() == "-"
+    assert bench_loader.x_monai(rows[1], fastest).strip() == "1.00"
