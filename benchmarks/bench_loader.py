@@ -437,11 +437,24 @@ def run(cache_dir: str | os.PathLike | None = None, *, split: str = "train",
 
 def median_row(name: str, unit: str, note: str, results: list[dict]) -> dict:
     """A loader's row: its median round (by MB/s; the lower of the middle two for an
-    even number of rounds, so that the row is a measured round) and the range."""
+    even number of rounds, so that the row is a measured round), the range, and every
+    round's MB/s in the order measured (which round is slow tells a cold start from
+    other work on the machine)."""
     ordered = sorted(results, key=lambda r: r["MB/s"])
     median = ordered[(len(ordered) - 1) // 2]
     return {"name": name, "unit": unit, "note": note, **median, "rounds": len(results),
-            "MB/s range": (ordered[0]["MB/s"], ordered[-1]["MB/s"])}
+            "MB/s range": (ordered[0]["MB/s"], ordered[-1]["MB/s"]),
+            "MB/s by round": [r["MB/s"] for r in results]}
+
+
+def format_rounds(rows: list[dict]) -> str:
+    """Every row's MB/s round by round, in the order measured (rows of several rounds)."""
+    lines = ["MB/s by round, in the order measured:"]
+    for r in rows:
+        if len(r.get("MB/s by round", ())) > 1:
+            lines.append(f"  {r['name']:44s} "
+                         + " / ".join(f"{v:.0f}" for v in r["MB/s by round"]))
+    return "\n".join(lines)
 
 
 def fastest_monai(rows: list[dict]) -> dict[str, float]:
@@ -503,6 +516,7 @@ def main(argv=None) -> int:
           f"{args.workers} workers, warm page cache, median of {args.rounds} rounds "
           f"({os.cpu_count()} CPUs)")
     print(format_table(rows, labels=args.labels))
+    print(format_rounds(rows))
     return 0
 
 

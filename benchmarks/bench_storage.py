@@ -188,6 +188,7 @@ def pipeline_source(cohort: Path, pipeline: str, scratch: Path, subjects: int):
 
 
 def main(argv=None) -> int:
+    from benchmarks.bench_loader import format_rounds
     from mriprep.cache import Cache
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -218,7 +219,9 @@ def main(argv=None) -> int:
                                       f"{len(conform.entries())} demo subjects with labels:"))
         print(f"\nloaders, 2 reader threads, batch 2, {args.epochs} epochs, warm page cache, "
               f"median of {args.rounds} rounds ({os.cpu_count()} CPUs):")
-        print(format_loaders(loaders(caches, scratch, args.rounds, args.epochs)))
+        loader_rows = loaders(caches, scratch, args.rounds, args.epochs)
+        print(format_loaders(loader_rows))
+        print(format_rounds(loader_rows))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

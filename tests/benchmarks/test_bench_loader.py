@@ -60,3 +60,11 @@ def test_a_row_with_no_monai_row_of_its_unit_gets_no_ratio():
     assert fastest == {"volumes": 100.0}
     assert bench_loader.x_monai(rows[0], fastest).strip() == "-"
     assert bench_loader.x_monai(rows[1], fastest).strip() == "1.00"
+
+
+def test_a_row_keeps_every_round_in_the_order_measured():
+    results = [{"MB/s": v, "items/s": 1.0} for v in (900.0, 3000.0, 2900.0)]
+    row = bench_loader.median_row("mriprep volume", "volumes", "", results)
+    assert row["MB/s"] == 2900.0 and row["MB/s range"] == (900.0, 3000.0)
+    assert row["MB/s by round"] == [900.0, 3000.0, 2900.0]
+    assert "900 / 3000 / 2900" in bench_loader.format_rounds([row])
