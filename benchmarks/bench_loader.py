@@ -21,6 +21,12 @@ labels), or ``RandSpatialCropSamplesd`` without labels, and ``set_track_meta(Fal
 guide's: nothing downstream reads metadata). "x MONAI" is against the fastest MONAI loader
 of the same unit: volumes against volumes, patches against patches.
 
+Beside them, what a plain training script does without a cache: the same volumes as
+``.nii.gz`` files, read in a torch ``DataLoader`` (2 worker processes) by nibabel's
+``get_fdata(dtype=np.float32)`` (nibabel's "Images and memory" page and its ``get_fdata``
+reference: the data as float32, read once). It is slower by an order of magnitude (the
+decompression), so it takes one round only.
+
 The ceiling is what any loader could reach: one copy of the same cache files from the page
 cache into reused buffers by 2 threads, no allocation and no decoding, made two ways, by
 ``readinto`` and from a memory map (the way mriprep reads a ``.npy``), each thread taking
