@@ -24,7 +24,9 @@ one run (issue 44):
    (:func:`_fastsurfer_loader`): it loads the whole file into memory, then serves items
    from there; the ratio is against its faster worker count, steady and over a first
    epoch with the load. Beside it, h5py reading the export item by item in the same
-   shuffled order: a streaming reader, as mriprep is one, but not FastSurfer's way.
+   shuffled order: a streaming reader, as mriprep is one, but not FastSurfer's way. All
+   in interleaved rounds (``bench_loader.interleaved``: the order reversed every other
+   round, each measurement at least a second), the median and the range.
 3. **Data on disk per subject**, from the files the run left: the cache entry, the classes
    and view-ordered arrays mriprep derives, and the HDF5 files of both sides.
 
@@ -44,6 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -225,9 +228,37 @@ def _compare(ours: Path, theirs: Path) -> str:
         return "equal" if not problems else "differ: " + ", ".join(problems[:4])
 
 
-def _loader_section(cache: Path, exported: Path, view: str, batches: int) -> None:
+class _Batches:
+    """A loader read ``batches`` batches at a time, its iterator kept between blocks (a new
+    epoch starts where one ends, as in training): one block is one measurement for
+    ``bench_loader.interleaved``."""
+
+    def __init__(self, loader, batches: int):
+        self.loader, self.batches = loader, batches
+        self.it = iter(loader)
+
+    def first(self) -> float:
+        """Seconds to the first batch: workers started, read-ahead begun."""
+        t = time.perf_counter()
+        next(self.it)
+        return time.perf_counter() - t
+
+    def __call__(self) -> dict:
+        t = time.perf_counter()
+        got = 0
+        for _ in range(self.batches):
+            try:
+                got += len(next(self.it)["label"])
+            except StopIteration:  # a new epoch: a loader's workers start again
+                self.it = iter(self.loader)
+        return {"bytes": 0, "items": got, "seconds": time.perf_counter() - t}
+
+
+def _loader_section(cache: Path, exported: Path, view: str, batches: int,
+                    rounds: int = 3) -> None:
     import h5py
 
+    from benchmarks.bench_loader import interleaved
     from mriprep import MRIDataset, make_dataloader
     from mriprep.training.labels import dkt_table
     from mriprep.training.labels.derived import DerivedLabels, derive_entry
@@ -242,71 +273,76 @@ def _loader_section(cache: Path, exported: Path, view: str, batches: int) -> Non
     t = time.perf_counter()
     ds = MRIDataset(cache, split, mode="thick_slice", view=view)
     opening = time.perf_counter() - t
-    loader = make_dataloader(ds, batch_size=16, shuffle=True, seed=0)
-    t = time.perf_counter()
-    it = iter(loader)
-    next(it)
-    first = time.perf_counter() - t
-    rates = []
-    for _ in range(3):
-        t = time.perf_counter()
-        got = 0
-        for _ in range(batches):
-            try:
-                got += len(next(it)["label"])
-            except StopIteration:
-                it = iter(loader)
-        rates.append(got / (time.perf_counter() - t))
+    ours = _Batches(make_dataloader(ds, batch_size=16, shuffle=True, seed=0), batches)
+    first = ours.first()
+    contenders = [("mriprep", ours)]
     order = np.random.default_rng(0).permutation(len(ds))[: batches * 16]
-    with h5py.File(exported, "r") as hf:
-        g = hf[next(iter(hf))]
-        h5_rates = []
-        for _ in range(3):
-            t = time.perf_counter()
-            for i in order:
-                g["orig_dataset"][i], g["aseg_dataset"][i], g["weight_dataset"][i]
-            h5_rates.append(len(order) / (time.perf_counter() - t))
-    ours = statistics.median(rates)
-    print(f"thick-slice items, {view}, {len(ds)} slices of split {split!r}, shuffled:")
+    hf = h5py.File(exported, "r")
+    g = hf[next(iter(hf))]
+
+    def item_by_item() -> dict:
+        t = time.perf_counter()
+        for i in order:
+            g["orig_dataset"][i], g["aseg_dataset"][i], g["weight_dataset"][i]
+        return {"bytes": 0, "items": len(order), "seconds": time.perf_counter() - t}
+
+    contenders.append(("h5py", item_by_item))
+    fastsurfer = _fastsurfer_loaders(exported, view)
+    if fastsurfer is not None:
+        load, held, loaders = fastsurfer
+        for workers, loader in loaders.items():
+            block = _Batches(loader, batches)
+            block.first()  # the workers' start, as mriprep's first batch is apart
+            contenders.append((workers, block))
+    try:
+        measured = interleaved([(name, once, None) for name, once in contenders], rounds)
+    finally:
+        hf.close()
+    rates = {name: sorted(r["items/s"] for r in results)
+             for name, results in measured.items()}
+
+    def rate(name) -> str:
+        values = rates[name]
+        return (f"median {statistics.median(values):7.0f} items/s (range "
+                f"{values[0]:.0f}-{values[-1]:.0f})")
+
+    print(f"thick-slice items, {view}, {len(ds)} slices of split {split!r}, shuffled; "
+          f"{rounds} interleaved rounds of {batches} batches (each at least a second):")
     print(f"  one subject's derivation (three views)  {one:6.2f} s")
     print(f"  MRIDataset opening, classes stored       {opening:6.2f} s")
     print(f"  first batch of 16 (make_dataloader)      {first:6.2f} s = {first / one:.2f}x "
           "one subject's derivation (goal <= 2x)")
-    print(f"  make_dataloader steady rate              median {ours:7.0f}"
-          f" items/s (range {min(rates):.0f}-{max(rates):.0f}), {batches} batches x3")
-    print(f"  h5py item by item from the export        median "
-          f"{statistics.median(h5_rates):7.0f} items/s (range {min(h5_rates):.0f}-"
-          f"{max(h5_rates):.0f}; a streaming reader, not FastSurfer's way)")
-    fastsurfer = _fastsurfer_loader(exported, view, batches)
+    print(f"  make_dataloader steady rate              {rate('mriprep')}")
+    print(f"  h5py item by item from the export        {rate('h5py')}; a streaming reader, "
+          "not FastSurfer's way")
     if fastsurfer is None:
         return
-    load, held, by_workers = fastsurfer
     print("  FastSurfer's training loader (get_dataloader, DATA.AUG None: "
           "MultiScaleDatasetVal, ZeroPad2D, ToTensor; batch 16, shuffled):")
     print(f"    the file into memory                   {load:6.2f} s, {held / 1e6:.0f} MB "
           "held for the training run")
-    for workers, worker_rates in by_workers.items():
+    for workers in loaders:
         label = f"{workers} workers" + (" (its default)" if workers == 8 else "")
-        print(f"    {label:<38} median {statistics.median(worker_rates):7.0f} items/s (range "
-              f"{min(worker_rates):.0f}-{max(worker_rates):.0f})")
-    workers, fastest = max(((w, statistics.median(r)) for w, r in by_workers.items()),
-                           key=lambda pair: pair[1])
+        print(f"    {label:<38} {rate(workers)}")
+    workers = max(loaders, key=lambda w: statistics.median(rates[w]))
+    fastest = statistics.median(rates[workers])
+    mine = statistics.median(rates["mriprep"])
     epoch_with_load = len(ds) / (load + len(ds) / fastest)
     print(f"  mriprep against FastSurfer's faster way ({workers} workers): steady "
-          f"{ours / fastest:.2f}x; the first epoch of this split, its load counted: "
-          f"{ours / epoch_with_load:.2f}x")
+          f"{mine / fastest:.2f}x; the first epoch of this split, its load counted: "
+          f"{mine / epoch_with_load:.2f}x")
 
 
-def _fastsurfer_loader(exported: Path, view: str, batches: int, rounds: int = 3):
+def _fastsurfer_loaders(exported: Path, view: str):
     """FastSurfer's training loader on the export, as its ``data_loader/loader.py``
     ``get_dataloader(cfg, "train")`` builds it with ``cfg.DATA.AUG = ["None"]`` (no random
     transform, like the mriprep side): ``MultiScaleDatasetVal`` with ``ZeroPad2D`` and
     ``ToTensor``, a shuffled ``DataLoader`` of ``cfg.TRAIN.BATCH_SIZE`` 16 and
-    ``cfg.TRAIN.NUM_WORKERS`` (its ``config/defaults.py``: 8; 0 and 2 measured beside it on
-    this 2-core machine). Padded to the export's own 256, the size mriprep serves.
+    ``cfg.TRAIN.NUM_WORKERS`` (its ``config/defaults.py``: 8; 0 and 2 beside it on this
+    2-core machine). Padded to the export's own 256, the size mriprep serves.
 
-    Returns (seconds to load the file, bytes held, {workers: items/s per round}), or None
-    where the checkout is not importable (said)."""
+    Returns (seconds to load the file, bytes held, {workers: DataLoader}), or None where
+    the checkout is not importable (said)."""
     import torch
 
     from mriprep.demo.fastsurfer_checkout import HOW_TO_ENABLE, fastsurfer_module
@@ -337,26 +373,15 @@ def _fastsurfer_loader(exported: Path, view: str, batches: int, rounds: int = 3)
     load = time.perf_counter() - t
     held = sum(a.nbytes for column in (dataset.images, dataset.labels, dataset.weights)
                for a in column)
-    by_workers = {}
-    for workers in (0, 2, 8):
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=16, shuffle=True, num_workers=workers,
-            pin_memory=torch.cuda.is_available(),
-            generator=torch.Generator().manual_seed(0))
-        it = iter(loader)
-        next(it)  # the workers' start, as the mriprep side's first batch is left out
-        by_workers[workers] = []
-        for _ in range(rounds):
-            t = time.perf_counter()
-            got = 0
-            for _ in range(batches):
-                try:
-                    got += len(next(it)["label"])
-                except StopIteration:  # a new epoch: FastSurfer's workers start again
-                    it = iter(loader)
-            by_workers[workers].append(got / (time.perf_counter() - t))
-        del it
-    return load, held, by_workers
+    # torch warns, at each epoch's start, that 8 workers exceed this machine's 2 cores:
+    # they are FastSurfer's default, measured on purpose.
+    warnings.filterwarnings("ignore", message="This DataLoader will create",
+                            category=UserWarning)
+    loaders = {workers: torch.utils.data.DataLoader(
+        dataset, batch_size=16, shuffle=True, num_workers=workers,
+        pin_memory=torch.cuda.is_available(), generator=torch.Generator().manual_seed(0))
+        for workers in (0, 2, 8)}
+    return load, held, loaders
 
 
 def main(argv=None) -> int:
