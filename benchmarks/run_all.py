@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="with --work-dir: leave out the sections that already "
                         "succeeded in that folder on this same commit (a clean checkout), "
-                        "to finish a run that was stopped")
+                        "or on an earlier one from which nothing they run has changed "
+                        "(benchmarks/resume.py), to finish a run that was stopped")
     parser.add_argument("--in-process", action="store_true",
                         help="run the chosen sections in this process, one after another "
                         "(how each section's own process is started; the default starts a "
@@ -282,7 +283,7 @@ def _run(chosen: list[str], work: Path, keep: bool, in_process: bool,
                   "(or is not a git checkout), so no earlier section can be vouched for: "
                   "every section runs (commit or stash the changes to resume)")
         for name, record in done.items():
-            print(f"({name}: left out, done {record['ended']} on {version[:10]} in "
+            print(f"({name}: left out, done {record['ended']} on {record['commit'][:10]} in "
                   f"{record['seconds']:.0f} s; its output: {records / name}.log)")
     statuses = run_sections([n for n in chosen if n not in done],
                             lambda name: section_command(name, work), records, code_version)

@@ -115,6 +115,19 @@ def test_resume_leaves_out_only_what_succeeded_on_the_same_code(tmp_path, monkey
     assert run_all._run(sections, tmp_path, keep=True, in_process=False, resume=True) == 1
     assert ran == ["guards", "labels"]
     assert "(augment: left out, done " in capsys.readouterr().out
+    # A record kept from an earlier commit (nothing it runs changed) names that commit.
+    import benchmarks.resume
+
+    monkeypatch.setattr(benchmarks.resume, "kept_records",
+                        lambda chosen, records, version: {
+                            name: {**records[name], "commit": "0ld"}
+                            for name in chosen if name == "augment"})
+    ran.clear()
+    run_all._run(sections, tmp_path, keep=True, in_process=False, resume=True)
+    out = capsys.readouterr().out
+    assert ran == ["guards", "labels"]
+    assert "(augment: recorded on 0ld; nothing it runs has changed since, to c0ffee)" in out
+    assert "(augment: left out, done " in out and " on 0ld in " in out
     # Code that no commit vouches for: nothing is left out.
     monkeypatch.setattr(run_all, "code_version", lambda: None)
     ran.clear()
