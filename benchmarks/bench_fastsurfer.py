@@ -25,8 +25,9 @@ one run (issue 44):
    from there; the ratio is against its faster worker count, steady and over a first
    epoch with the load. Beside it, h5py reading the export item by item in the same
    shuffled order: a streaming reader, as mriprep is one, but not FastSurfer's way. All
-   in interleaved rounds (``bench_loader.interleaved``: the order reversed every other
-   round, each measurement at least a second), the median and the range.
+   in interleaved rounds of whole epochs (:class:`_Epochs`; ``bench_loader.interleaved``:
+   the order reversed every other round, each measurement at least a second), the median
+   and the range.
 3. **Data on disk per subject**, from the files the run left: the cache entry, the classes
    and view-ordered arrays mriprep derives, and the HDF5 files of both sides.
 
@@ -228,34 +229,23 @@ def _compare(ours: Path, theirs: Path) -> str:
         return "equal" if not problems else "differ: " + ", ".join(problems[:4])
 
 
-class _Batches:
-    """A loader read ``batches`` batches at a time, its iterator kept between blocks (a new
-    epoch starts where one ends, as in training): one block is one measurement for
-    ``bench_loader.interleaved``."""
+class _Epochs:
+    """One measurement for ``bench_loader.interleaved``: whole epochs of a loader, as
+    training reads it (a loader with worker processes starts them at each epoch and stops
+    them at its end, FastSurfer's way). Whole epochs, because a block of batches that
+    stops inside one leaves the workers refilling their read-ahead in the background,
+    on the next contender's time."""
 
-    def __init__(self, loader, batches: int):
-        self.loader, self.batches = loader, batches
-        self.it = iter(loader)
-
-    def first(self) -> float:
-        """Seconds to the first batch: workers started, read-ahead begun."""
-        t = time.perf_counter()
-        next(self.it)
-        return time.perf_counter() - t
+    def __init__(self, loader):
+        self.loader = loader
 
     def __call__(self) -> dict:
         t = time.perf_counter()
-        got = 0
-        for _ in range(self.batches):
-            try:
-                got += len(next(self.it)["label"])
-            except StopIteration:  # a new epoch: a loader's workers start again
-                self.it = iter(self.loader)
+        got = sum(len(batch["label"]) for batch in self.loader)
         return {"bytes": 0, "items": got, "seconds": time.perf_counter() - t}
 
 
-def _loader_section(cache: Path, exported: Path, view: str, batches: int,
-                    rounds: int = 3) -> None:
+def _loader_section(cache: Path, exported: Path, view: str, rounds: int = 3) -> None:
     import h5py
 
     from benchmarks.bench_loader import interleaved
@@ -273,10 +263,12 @@ def _loader_section(cache: Path, exported: Path, view: str, batches: int,
     t = time.perf_counter()
     ds = MRIDataset(cache, split, mode="thick_slice", view=view)
     opening = time.perf_counter() - t
-    ours = _Batches(make_dataloader(ds, batch_size=16, shuffle=True, seed=0), batches)
-    first = ours.first()
-    contenders = [("mriprep", ours)]
-    order = np.random.default_rng(0).permutation(len(ds))[: batches * 16]
+    loader = make_dataloader(ds, batch_size=16, shuffle=True, seed=0)
+    t = time.perf_counter()
+    next(iter(loader))
+    first = time.perf_counter() - t
+    contenders = [("mriprep", _Epochs(loader))]
+    order = np.random.default_rng(0).permutation(len(ds))
     hf = h5py.File(exported, "r")
     g = hf[next(iter(hf))]
 
@@ -290,10 +282,7 @@ def _loader_section(cache: Path, exported: Path, view: str, batches: int,
     fastsurfer = _fastsurfer_loaders(exported, view)
     if fastsurfer is not None:
         load, held, loaders = fastsurfer
-        for workers, loader in loaders.items():
-            block = _Batches(loader, batches)
-            block.first()  # the workers' start, as mriprep's first batch is apart
-            contenders.append((workers, block))
+        contenders += [(workers, _Epochs(loader)) for workers, loader in loaders.items()]
     try:
         measured = interleaved([(name, once, None) for name, once in contenders], rounds)
     finally:
@@ -307,7 +296,8 @@ def _loader_section(cache: Path, exported: Path, view: str, batches: int,
                 f"{values[0]:.0f}-{values[-1]:.0f})")
 
     print(f"thick-slice items, {view}, {len(ds)} slices of split {split!r}, shuffled; "
-          f"{rounds} interleaved rounds of {batches} batches (each at least a second):")
+          f"{rounds} interleaved rounds of whole epochs (each measurement at least a "
+          "second):")
     print(f"  one subject's derivation (three views)  {one:6.2f} s")
     print(f"  MRIDataset opening, classes stored       {opening:6.2f} s")
     print(f"  first batch of 16 (make_dataloader)      {first:6.2f} s = {first / one:.2f}x "
@@ -388,7 +378,6 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work-dir", type=Path, default=None)
     p.add_argument("--subjects", type=int, default=8)
-    p.add_argument("--batches", type=int, default=20)
     args = p.parse_args(argv)
     try:
         import h5py  # noqa: F401
@@ -403,7 +392,7 @@ def main(argv=None) -> int:
         print(f"  manifest from-freesurfer + run -p conform_1mm: {t_run:.0f} s for "
               f"{args.subjects} subjects")
     ours = _export_section(work, cache, subjects, args.subjects)
-    _loader_section(cache, ours["coronal"], "coronal", args.batches)
+    _loader_section(cache, ours["coronal"], "coronal")
     _sizes_section(cache, work)
     return 0
 

@@ -211,7 +211,8 @@ def monai_patch_dataset(files, workers: int, patch_size: int, samples_per_volume
             RandSpatialCropSamplesd(keys, roi_size=size, num_samples=samples_per_volume,
                                     random_size=False))
     crop.set_random_state(seed=0)
-    return CacheDataset(_monai_rows(files), transform=Compose([_load_preprocessed(), channel, crop]),
+    return CacheDataset(_monai_rows(files),
+                        transform=Compose([_load_preprocessed(), channel, crop]),
                         cache_rate=1.0, num_workers=workers, progress=False)
 
 
@@ -433,6 +434,9 @@ def run(cache_dir: str | os.PathLike | None = None, *, split: str = "train",
                                "volumes each, no allocation", None,
                                lambda copy=copy: measure_ceiling(files, epochs, workers, copy)))
 
+        # The warm-ups wrote MONAI's cache and the .nii.gz copies: flushed now, so that the
+        # kernel's writeback does not fall on the first measurement.
+        os.sync()
         measured = interleaved([(name, once, only) for name, _, _, only, once in contenders],
                                rounds)
         return [median_row(name, unit, note, measured[name])

@@ -1,26 +1,26 @@
-"""The FastSurfer bench's blocks of batches: one measurement of the interleaved rounds."""
+"""The FastSurfer bench's measurement of a loader: whole epochs, as training reads them."""
 
 from __future__ import annotations
 
-from benchmarks.bench_fastsurfer import _Batches
+from benchmarks.bench_fastsurfer import _Epochs
 
 
 class _Loader:
-    """Two batches of 16 an epoch; counts the epochs started."""
+    """Two batches of 16 an epoch, then one of 5; counts the epochs started and ended."""
 
     def __init__(self):
-        self.epochs = 0
+        self.started = self.ended = 0
 
     def __iter__(self):
-        self.epochs += 1
-        return iter([{"label": [0] * 16}, {"label": [0] * 16}])
+        self.started += 1
+        yield from ({"label": [0] * n} for n in (16, 16, 5))
+        self.ended += 1
 
 
-def test_a_block_goes_on_into_the_next_epoch_and_counts_only_batches_read():
+def test_a_measurement_reads_whole_epochs_to_their_end():
     loader = _Loader()
-    block = _Batches(loader, batches=3)
-    assert block.first() >= 0  # one batch of the first epoch read apart
-    result = block()  # the epoch's last batch, its end, then the next epoch's first
-    assert result["items"] == 32 and loader.epochs == 2
-    assert result["seconds"] >= 0 and result["bytes"] == 0
-    assert block()["items"] == 32 and loader.epochs == 3
+    measure = _Epochs(loader)
+    result = measure()
+    assert result["items"] == 37 and result["bytes"] == 0 and result["seconds"] >= 0
+    assert loader.started == loader.ended == 1  # the workers' stop counted in the epoch
+    assert measure()["items"] == 37 and loader.started == loader.ended == 2
