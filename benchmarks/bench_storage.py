@@ -12,7 +12,8 @@ float32 ``.npy`` files run its two documented ways (``bench_loader``'s docstring
 pages): PersistentDataset (its transform cache written in the warm-up epoch) with
 ThreadDataLoader, and the fast-training guide's CacheDataset, every volume in memory,
 with ThreadDataLoader(num_workers=0); for the patches, that CacheDataset with the
-tutorial's random crop after the load (``bench_loader.monai_patch_dataset``). Each of
+tutorial's random crop after the load (``bench_loader.monai_patch_dataset``), read with
+no worker as the guide has it and with 2 threads. Each of
 mriprep's rows is set against the faster MONAI loader of its unit. All in interleaved
 rounds of one run; a row is the median round and the range. MB/s counts the bytes
 handed to the training loop. Nothing is asserted.
@@ -143,11 +144,14 @@ def loaders(caches: dict, scratch: Path, rounds: int, epochs: int) -> list[dict]
     in_memory = ThreadDataLoader(monai_cache_dataset(files, 2), batch_size=2, shuffle=True,
                                  num_workers=0)
     set_track_meta(False)  # the fast-training guide's, for the crop: no metadata is read
-    patches = ThreadDataLoader(monai_patch_dataset(files, 2, 96, 4, labels=False),
-                               batch_size=2, shuffle=True, num_workers=0)
+    cropped = monai_patch_dataset(files, 2, 96, 4, labels=False)
+    patches = ThreadDataLoader(cropped, batch_size=2, shuffle=True, num_workers=0)
+    patches_2 = ThreadDataLoader(cropped, batch_size=2, shuffle=True, num_workers=2,
+                                 use_thread_workers=True)
     contenders += [("MONAI PersistentDataset (float32 .npy)", persistent, "volumes"),
                    ("MONAI CacheDataset, in memory (float32 .npy)", in_memory, "volumes"),
-                   ("MONAI CacheDataset + crop 96^3 (float32 .npy)", patches, "patches")]
+                   ("MONAI CacheDataset + crop 96^3 (float32 .npy)", patches, "patches"),
+                   ("MONAI the same, 2 threads (float32 .npy)", patches_2, "patches")]
     for _, loader, _ in contenders:
         warm_up(loader)
     measured = interleaved([(name, lambda loader=loader: measure(loader, epochs), None)
