@@ -24,10 +24,10 @@ one run (issue 44):
    (:func:`_fastsurfer_loaders`): it loads the whole file into memory, then serves items
    from there; the ratio is against its fastest worker count, steady and over a first
    epoch with each side's start. Beside it, h5py reading the export item by item in one
-   fixed shuffled order: a streaming reader, as mriprep is one, but not FastSurfer's way. All
-   in interleaved rounds of whole epochs (:class:`_Epochs`; ``bench_loader.interleaved``:
-   the order reversed every other round, each measurement at least a second), the median
-   and the range.
+   fixed shuffled order: a streaming reader, as mriprep is one, but not FastSurfer's way.
+   All in interleaved rounds of whole epochs (``bench_loader.measure`` and
+   ``interleaved``: the order reversed every other round, each measurement at least a
+   second), the median and the range.
 3. **Data on disk per subject**, from the files the run left: the cache entry, the classes
    and view-ordered arrays mriprep derives, and the HDF5 files of both sides.
 
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import os
 import statistics
@@ -229,26 +230,10 @@ def _compare(ours: Path, theirs: Path) -> str:
         return "equal" if not problems else "differ: " + ", ".join(problems[:4])
 
 
-class _Epochs:
-    """One measurement for ``bench_loader.interleaved``: whole epochs of a loader, as
-    training reads it (a loader with worker processes starts them at each epoch and stops
-    them at its end, FastSurfer's way). Whole epochs, because a block of batches that
-    stops inside one leaves the workers refilling their read-ahead in the background,
-    on the next contender's time."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def __call__(self) -> dict:
-        t = time.perf_counter()
-        got = sum(len(batch["label"]) for batch in self.loader)
-        return {"bytes": 0, "items": got, "seconds": time.perf_counter() - t}
-
-
 def _loader_section(cache: Path, exported: Path, view: str, rounds: int = 3) -> None:
     import h5py
 
-    from benchmarks.bench_loader import interleaved
+    from benchmarks.bench_loader import interleaved, measure
     from mriprep import MRIDataset, make_dataloader
     from mriprep.training.labels import dkt_table
     from mriprep.training.labels.derived import DerivedLabels, derive_entry
@@ -267,26 +252,28 @@ def _loader_section(cache: Path, exported: Path, view: str, rounds: int = 3) -> 
     t = time.perf_counter()
     next(iter(loader))
     first = time.perf_counter() - t
-    contenders = [("mriprep", _Epochs(loader))]
+    # Each measurement is whole epochs, as training reads them: a loader with worker
+    # processes starts them at each epoch and stops them at its end (FastSurfer's way),
+    # where a block of batches stopping inside an epoch left its workers refilling their
+    # read-ahead on the next contender's time.
+    contenders = [("mriprep", functools.partial(measure, loader, 1))]
     order = np.random.default_rng(0).permutation(len(ds))
-    hf = h5py.File(exported, "r")
-    g = hf[next(iter(hf))]
-
-    def item_by_item() -> dict:
-        t = time.perf_counter()
-        for i in order:
-            g["orig_dataset"][i], g["aseg_dataset"][i], g["weight_dataset"][i]
-        return {"bytes": 0, "items": len(order), "seconds": time.perf_counter() - t}
-
-    contenders.append(("h5py", item_by_item))
     fastsurfer = _fastsurfer_loaders(exported, view)
     if fastsurfer is not None:
         load, held, loaders = fastsurfer
-        contenders += [(workers, _Epochs(loader)) for workers, loader in loaders.items()]
-    try:
+        contenders += [(workers, functools.partial(measure, loader, 1))
+                       for workers, loader in loaders.items()]
+    with h5py.File(exported, "r") as hf:
+        g = hf[next(iter(hf))]
+
+        def item_by_item() -> dict:
+            t = time.perf_counter()
+            for i in order:
+                g["orig_dataset"][i], g["aseg_dataset"][i], g["weight_dataset"][i]
+            return {"bytes": 0, "items": len(order), "seconds": time.perf_counter() - t}
+
+        contenders.insert(1, ("h5py", item_by_item))
         measured = interleaved([(name, once, None) for name, once in contenders], rounds)
-    finally:
-        hf.close()
     rates = {name: sorted(r["items/s"] for r in results)
              for name, results in measured.items()}
 

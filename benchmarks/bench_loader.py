@@ -477,10 +477,11 @@ def median_row(name: str, unit: str, note: str, results: list[dict]) -> dict:
 def format_rounds(rows: list[dict]) -> str:
     """Every row's MB/s round by round, in the order measured (rows of several rounds)."""
     lines = ["MB/s by round, in the order measured:"]
-    for r in rows:
-        if len(r.get("MB/s by round", ())) > 1:
-            lines.append(f"  {r['name']:44s} "
-                         + " / ".join(f"{v:.0f}" for v in r["MB/s by round"]))
+    shown = [r for r in rows if len(r.get("MB/s by round", ())) > 1]
+    width = max((len(r["name"]) for r in shown), default=0)
+    for r in shown:
+        lines.append(f"  {r['name']:{width}s} "
+                     + " / ".join(f"{v:.0f}" for v in r["MB/s by round"]))
     return "\n".join(lines)
 
 

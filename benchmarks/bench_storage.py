@@ -117,9 +117,7 @@ def loaders(caches: dict, scratch: Path, rounds: int, epochs: int) -> list[dict]
     datasets over the float32 .npy files: interleaved rounds, each row the median round
     and the range."""
     import torch
-    from monai.data import ThreadDataLoader
-
-    from monai.data import set_track_meta
+    from monai.data import ThreadDataLoader, set_track_meta
 
     from benchmarks.bench_loader import (interleaved, median_row, measure,
                                          monai_cache_dataset, monai_dataset,

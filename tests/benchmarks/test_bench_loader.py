@@ -68,3 +68,27 @@ def test_a_row_keeps_every_round_in_the_order_measured():
     assert row["MB/s"] == 2900.0 and row["MB/s range"] == (900.0, 3000.0)
     assert row["MB/s by round"] == [900.0, 3000.0, 2900.0]
     assert "900 / 3000 / 2900" in bench_loader.format_rounds([row])
+
+
+class _Epoch:
+    """Two batches of 16 an epoch, then one of 5; counts the epochs started and ended."""
+
+    def __init__(self):
+        self.started = self.ended = 0
+
+    def __iter__(self):
+        import torch
+
+        self.started += 1
+        yield from ({"image": torch.zeros(n, 1), "label": torch.zeros(n)} for n in (16, 16, 5))
+        self.ended += 1
+
+
+def test_a_measurement_reads_whole_epochs_to_their_end():
+    # The FastSurfer bench times its loaders this way: a loader's workers stop inside the
+    # measured time, never on the next contender's.
+    loader = _Epoch()
+    result = bench_loader.measure(loader, 1)
+    assert result["items"] == 37 and result["bytes"] == 37 * 4 * 2 and result["seconds"] > 0
+    assert loader.started == loader.ended == 1
+    assert bench_loader.measure(loader, 1)["items"] == 37 and loader.started == loader.ended == 2
